@@ -1,0 +1,503 @@
+"""The gate: holds, the epilog point, releases, timeouts and watchers.
+
+This module is plain Python.  Everything it does to the job-manager goes
+through a *port*, an object with these methods (the real one is
+:class:`flux_epilog_gate.jobtap.facade.Jobtap`; the unit tests use a fake):
+
+``now()``
+    current time, seconds since the epoch
+``job_info(id)``
+    ``(state, userid)`` of a job; raises OSError(ENOENT) for unknown jobs
+``posted(id, name)``
+    True if event ``name`` was posted to the job since the job-manager
+    started
+``post(id, name, context)``
+    post an event (a dict context) to the job's eventlog
+``epilog_finish(id, description, status)``
+    post ``epilog-finish``
+``raise_exception(id, note)``
+    raise a non-fatal job exception
+``track(id)`` / ``untrack(id)``
+    start or stop sending the job's callbacks to the gate
+``timer(delay, callback)``
+    call ``callback()`` after ``delay`` seconds; returns an object with
+    ``stop()``
+``send(sink, payload)``
+    send one response to a watcher; returns False if the watcher is gone
+``log(level, text)``
+    log a line (syslog levels)
+"""
+
+import errno
+import syslog
+from collections import OrderedDict
+
+from .config import Config
+from .errors import GateError
+from .holds import (
+    ACTIVE,
+    CANCEL_EVENT,
+    HOLD_EVENT,
+    PENDING,
+    RECOVERY_DESCRIPTION,
+    TIMEOUT_STATUS,
+    Hold,
+)
+from .jobid import f58
+
+# flux_job_state_t
+NEW = 1
+DEPEND = 2
+PRIORITY = 4
+SCHED = 8
+RUN = 16
+CLEANUP = 32
+INACTIVE = 64
+
+#: Events that tell where a job is on its way to the epilog point.
+PROGRESS_EVENTS = frozenset(
+    ("alloc", "start", "finish", "free", "prolog-start", "prolog-finish")
+)
+
+
+class Job:
+    """The gate's record of one job that has holds (or is being recovered)."""
+
+    __slots__ = ("id", "userid", "holds", "at_point", "recovering", "placeholder")
+
+    def __init__(self, jobid, userid):
+        self.id = jobid
+        self.userid = userid
+        self.holds = {}
+        self.at_point = False
+        self.recovering = False
+        self.placeholder = False
+
+
+class GoneLog:
+    """Bounded memory of holds that are gone, so late releases are answered
+    ``released: false`` with the reason instead of an error."""
+
+    def __init__(self, limit):
+        self.limit = limit
+        self._entries = OrderedDict()
+
+    def add(self, jobid, description, reason):
+        self._entries[(jobid, description)] = reason
+        self._entries.move_to_end((jobid, description))
+        self.trim()
+
+    def get(self, jobid, description):
+        return self._entries.get((jobid, description))
+
+    def trim(self):
+        """Forget the oldest entries beyond the limit."""
+        while len(self._entries) > self.limit:
+            self._entries.popitem(last=False)
+
+    def discard(self, jobid, description):
+        self._entries.pop((jobid, description), None)
+
+    def __len__(self):
+        return len(self._entries)
+
+
+class Watcher:
+    """A client streaming hold activations."""
+
+    __slots__ = ("sink", "descriptions", "userid")
+
+    def __init__(self, sink, descriptions=None, userid=None):
+        self.sink = sink
+        self.descriptions = frozenset(descriptions) if descriptions else None
+        self.userid = userid
+
+    def wants(self, hold):
+        return (self.descriptions is None or hold.description in self.descriptions) and (
+            self.userid is None or self.userid == hold.userid
+        )
+
+
+class Gate:
+    """Holds of all jobs, driven by job-manager callbacks and requests."""
+
+    def __init__(self, port, config=None):
+        self.port = port
+        self.config = config or Config()
+        self.jobs = {}
+        self.gone = GoneLog(self.config.gone_limit)
+        self.history = {}
+        self.watchers = []
+        self.stats = dict.fromkeys(
+            ("held", "activated", "released", "cancelled", "failed", "timedout"),
+            0,
+        )
+
+    # Requests
+
+    def hold(self, jobid, description, timeout=None):
+        """Register a hold; return ``(hold, created)``.
+
+        Holding the same ``(jobid, description)`` again answers the
+        existing hold.
+        """
+        job = self.jobs.get(jobid)
+        if job and description in job.holds:
+            return job.holds[description], False
+        state, userid = self._job_info(jobid)
+        if state == INACTIVE:
+            raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
+        if job and len(job.holds) >= self.config.max_holds:
+            raise GateError(
+                errno.ENOSPC,
+                f"job {f58(jobid)} already has {len(job.holds)} holds "
+                f"(max-holds={self.config.max_holds})",
+            )
+        if timeout is None:
+            timeout = self.config.timeout
+        context = {"description": description}
+        if timeout is not None:
+            context["timeout"] = timeout
+        self._post(jobid, HOLD_EVENT, context)
+        hold = Hold(jobid, description, userid, self.port.now(), timeout)
+        job = job or self._track(jobid, userid)
+        job.holds[description] = hold
+        self.gone.discard(jobid, description)
+        self.stats["held"] += 1
+        if not job.recovering and (job.at_point or self._past_point(job, state)):
+            job.at_point = True
+            self._activate(hold)
+        return hold, True
+
+    def release(self, jobid, description, status=0):
+        """Release a hold; return ``(released, reason)``."""
+        job = self.jobs.get(jobid)
+        hold = job.holds.get(description) if job else None
+        if hold is None:
+            return False, self._why_gone(jobid, description, job)
+        self._finish(job, hold, status, "released")
+        return True, None
+
+    def list(self, jobid=None, userid=None):
+        """Return list entries of all holds, or of one job's; only those of
+        ``userid``'s jobs when it is given."""
+        if jobid is not None:
+            jobs = [self.jobs[jobid]] if jobid in self.jobs else []
+        else:
+            jobs = self.jobs.values()
+        return [
+            hold.to_dict()
+            for job in jobs
+            if userid is None or job.userid == userid
+            for hold in job.holds.values()
+        ]
+
+    def watch(self, sink, descriptions=None, userid=None):
+        """Add a watcher; it is first sent every hold already active."""
+        watcher = Watcher(sink, descriptions, userid)
+        for job in self.jobs.values():
+            for hold in job.holds.values():
+                if hold.state == ACTIVE and watcher.wants(hold):
+                    if not self.port.send(sink, self._activation(hold)):
+                        return
+        self.watchers.append(watcher)
+
+    def unwatch(self, match):
+        """Drop watchers whose sink satisfies ``match(sink)``; return count."""
+        before = len(self.watchers)
+        self.watchers = [w for w in self.watchers if not match(w.sink)]
+        return before - len(self.watchers)
+
+    # Job-manager callbacks
+
+    def on_cleanup(self, jobid):
+        """The job entered CLEANUP."""
+        job = self.jobs.get(jobid)
+        if job:
+            self._advance(job, CLEANUP)
+
+    def on_event(self, jobid, name, state):
+        """An event was posted to a tracked job."""
+        job = self.jobs.get(jobid)
+        if job and name in ("finish", "free") and state == CLEANUP:
+            self._advance(job, state)
+
+    def on_inactive(self, jobid):
+        """The job is inactive: whatever it still holds is gone."""
+        job = self.jobs.pop(jobid, None)
+        self.history.pop(jobid, None)
+        if job is None:
+            return
+        for hold in job.holds.values():
+            self._stop_timer(hold)
+            self.gone.add(jobid, hold.description, "job is inactive")
+
+    # Recovery
+
+    def begin_recovery(self, jobid, userid):
+        """A job whose holds will be known once its eventlog is read."""
+        job = self.jobs.get(jobid) or self._track(jobid, userid)
+        job.recovering = True
+
+    def end_recovery(self, jobid, events):
+        """Rebuild a job's holds from its eventlog ``events`` (a list of
+        ``(timestamp, name, context)``) and carry on where it left off."""
+        job = self.jobs.get(jobid)
+        if job is None or not job.recovering:
+            return
+        try:
+            state, _ = self.port.job_info(jobid)
+        except OSError:
+            state = INACTIVE
+        seen = self._replay(job, events)
+        job.recovering = False
+        if state in (RUN, CLEANUP) and seen:
+            self.history[jobid] = seen
+        if state == INACTIVE:
+            self.on_inactive(jobid)
+            return
+        for hold in job.holds.values():
+            if hold.state == ACTIVE:
+                self._arm_timer(hold)
+        if self._past_point(job, state):
+            self._reach_point(job)
+        if job.placeholder:
+            job.placeholder = False
+            self._post_finish(jobid, RECOVERY_DESCRIPTION, 0)
+        if not job.holds:
+            self._untrack(job)
+            if jobid in self.history:
+                self.port.track(jobid, events=False)
+
+    # Reload into the same job-manager
+
+    def suspend(self):
+        """The plugin is going away: stop every timer."""
+        for job in self.jobs.values():
+            for hold in job.holds.values():
+                self._stop_timer(hold)
+
+    def retrack(self, jobid, state):
+        """job.new for a job the gate already knows, after a reload."""
+        job = self.jobs.get(jobid)
+        if job is None:
+            if jobid in self.history:
+                self.port.track(jobid, events=False)
+            return
+        self.port.track(jobid)
+        if not job.at_point and self._past_point(job, state):
+            self._reach_point(job)
+
+    def resume(self, seen):
+        """After a reload: jobs not ``seen`` went inactive meanwhile; the
+        others' timeouts carry on from when their holds became active."""
+        for jobid in [jobid for jobid in self.jobs if jobid not in seen]:
+            self.on_inactive(jobid)
+        for jobid in [jobid for jobid in self.history if jobid not in seen]:
+            del self.history[jobid]
+        for job in self.jobs.values():
+            for hold in job.holds.values():
+                if hold.state == ACTIVE:
+                    self._arm_timer(hold)
+
+    def reconfigure(self, config):
+        """Apply a new configuration to holds registered from now on."""
+        self.config = config
+        self.gone.limit = config.gone_limit
+        self.gone.trim()
+
+    def _replay(self, job, events):
+        seen = set()
+        for timestamp, name, context in events:
+            description = context.get("description")
+            if name in PROGRESS_EVENTS:
+                seen.add(name)
+            elif name == HOLD_EVENT:
+                hold = Hold(
+                    job.id, description, job.userid, timestamp, context.get("timeout")
+                )
+                job.holds[description] = hold
+            elif name == CANCEL_EVENT:
+                job.holds.pop(description, None)
+            elif name == "epilog-start" and description in job.holds:
+                hold = job.holds[description]
+                hold.state = ACTIVE
+                hold.t_start = timestamp
+            elif name == "epilog-start" and description == RECOVERY_DESCRIPTION:
+                job.placeholder = True
+            elif name == "epilog-finish" and description == RECOVERY_DESCRIPTION:
+                job.placeholder = False
+            elif name == "epilog-finish" and description in job.holds:
+                del job.holds[description]
+                self.gone.add(job.id, description, "released")
+        return seen
+
+    # Timeouts
+
+    def expire(self, hold):
+        """A hold's timeout expired."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        hold.timer = None
+        self._finish(job, hold, TIMEOUT_STATUS, "timed out")
+
+    # Internals
+
+    def _job_info(self, jobid):
+        try:
+            return self.port.job_info(jobid)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}") from None
+            raise GateError.from_oserror(exc, f"looking up job {f58(jobid)}") from None
+
+    def _post(self, jobid, name, context):
+        try:
+            self.port.post(jobid, name, context)
+        except OSError as exc:
+            raise GateError.from_oserror(
+                exc, f"posting {name} to job {f58(jobid)}"
+            ) from None
+
+    def _track(self, jobid, userid):
+        job = Job(jobid, userid)
+        self.jobs[jobid] = job
+        self.port.track(jobid)
+        return job
+
+    def _untrack(self, job):
+        if self.jobs.get(job.id) is job:
+            del self.jobs[job.id]
+            self.port.untrack(job.id)
+
+    def _posted(self, job, name):
+        return name in self.history.get(job.id, ()) or self.port.posted(job.id, name)
+
+    def _past_point(self, job, state):
+        """True if the job is in CLEANUP and none of its processes can still
+        be running (see README, "The epilog point")."""
+        if state != CLEANUP:
+            return False
+        if not self._posted(job, "alloc"):
+            return True
+        if self._posted(job, "finish") or self._posted(job, "free"):
+            return True
+        if self._posted(job, "start"):
+            return False
+        # A prolog still open when CLEANUP began means no start was ever
+        # requested; otherwise wait for finish, or free as the last resort.
+        return self._posted(job, "prolog-start") and not self._posted(
+            job, "prolog-finish"
+        )
+
+    def _advance(self, job, state):
+        if job.recovering:
+            self._hold_for_recovery(job)
+        elif not job.at_point and self._past_point(job, state):
+            self._reach_point(job)
+
+    def _hold_for_recovery(self, job):
+        # Still reading the eventlog: keep clean from being posted until
+        # we know which holds this job has.
+        if not job.placeholder:
+            self._post(job.id, "epilog-start", {"description": RECOVERY_DESCRIPTION})
+            job.placeholder = True
+
+    def _reach_point(self, job):
+        job.at_point = True
+        for hold in list(job.holds.values()):
+            if hold.state == PENDING:
+                self._activate(hold)
+
+    def _activate(self, hold):
+        self._post(hold.id, "epilog-start", {"description": hold.description})
+        hold.state = ACTIVE
+        hold.t_start = self.port.now()
+        self.stats["activated"] += 1
+        self._arm_timer(hold)
+        self._notify(hold)
+
+    def _arm_timer(self, hold):
+        if hold.timeout is None or hold.timer is not None:
+            return
+        delay = max(0.0, hold.t_start + hold.timeout - self.port.now())
+        hold.timer = self.port.timer(delay, lambda: self.expire(hold))
+
+    def _stop_timer(self, hold):
+        if hold.timer is not None:
+            hold.timer.stop()
+            hold.timer = None
+
+    def _finish(self, job, hold, status, reason):
+        # Forget the hold before posting: epilog-finish may let the job go
+        # inactive synchronously, calling back into on_inactive().
+        del job.holds[hold.description]
+        self._stop_timer(hold)
+        self.gone.add(job.id, hold.description, reason)
+        if not job.holds and not job.recovering:
+            self._untrack(job)
+        if hold.state == PENDING:
+            self.stats["cancelled"] += 1
+            self._post_quietly(job.id, CANCEL_EVENT, {"description": hold.description})
+            return
+        self.stats["timedout" if status == TIMEOUT_STATUS else "released"] += 1
+        if status != 0:
+            self.stats["failed"] += 1
+            self._raise(job.id, hold, status, reason)
+        self._post_finish(job.id, hold.description, status)
+
+    def _raise(self, jobid, hold, status, reason):
+        if reason == "timed out":
+            note = f"epilog-gate: hold {hold.description} timed out after {hold.timeout:g}s"
+        else:
+            note = f"epilog-gate: hold {hold.description} {reason} with status {status}"
+        try:
+            self.port.raise_exception(jobid, note)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: raising exception: {exc}")
+
+    def _post_finish(self, jobid, description, status):
+        try:
+            self.port.epilog_finish(jobid, description, status)
+        except OSError as exc:
+            self.port.log(
+                syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
+            )
+
+    def _post_quietly(self, jobid, name, context):
+        try:
+            self.port.post(jobid, name, context)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: posting {name}: {exc}")
+
+    def _why_gone(self, jobid, description, job):
+        reason = self.gone.get(jobid, description)
+        if reason:
+            return reason
+        state, _ = self._job_info(jobid)
+        if state == INACTIVE:
+            return "job is inactive"
+        held = ", ".join(sorted(job.holds)) if job and job.holds else ""
+        raise GateError(
+            errno.ENOENT,
+            f"job {f58(jobid)} has no hold {description}"
+            + (f" (it holds: {held})" if held else " (it has no holds)"),
+        )
+
+    def _activation(self, hold):
+        job = self.jobs.get(hold.id)
+        return {
+            "id": hold.id,
+            "description": hold.description,
+            "userid": hold.userid,
+            "ran": bool(job) and self._posted(job, "start"),
+        }
+
+    def _notify(self, hold):
+        if not self.watchers:
+            return
+        payload = self._activation(hold)
+        for watcher in list(self.watchers):
+            if watcher.wants(hold) and not self.port.send(watcher.sink, payload):
+                self.watchers.remove(watcher)

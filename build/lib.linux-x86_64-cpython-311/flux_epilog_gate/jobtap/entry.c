@@ -1,0 +1,344 @@
+/* The C entry point of epilog-gate.so.
+ *
+ * The job-manager dlopen()s this library RTLD_LOCAL from its own thread
+ * and calls flux_plugin_init().  Everything interesting happens in Python
+ * (flux_epilog_gate.jobtap.host); this file only
+ *
+ *  - makes libpython's symbols visible to extension modules imported later,
+ *  - starts the interpreter of the environment the package is installed in,
+ *  - forwards jobtap callbacks to Python, but only for jobs the gate cares
+ *    about, so that unheld jobs never pay for a trip into the interpreter,
+ *  - offers a few fixed-signature wrappers around variadic flux calls.
+ *
+ * It is compiled as the C source of a cffi embedding module (see build.py),
+ * which supplies Python.h and the extern "Python" prototypes.
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <jansson.h>
+#include <flux/core.h>
+#include <flux/jobtap.h>
+
+/* Implemented in Python (host.py) as cffi extern "Python" functions. */
+static int gate_py_init (flux_plugin_t *p);
+static void gate_py_unload (flux_plugin_t *p);
+static int gate_py_job (flux_plugin_t *p, int what, const char *topic,
+                        flux_jobid_t id, int state, uint32_t userid,
+                        flux_plugin_arg_t *args);
+static int gate_py_plugin (flux_plugin_t *p, int what,
+                           flux_plugin_arg_t *args);
+static void gate_py_request (flux_t *h, flux_msg_handler_t *mh,
+                             const flux_msg_t *msg, void *arg);
+
+#define GATE_NAME "epilog-gate"
+#define GATE_AUX "epilog-gate::held"
+#define GATE_JM_AUX "epilog-gate::job-manager"
+
+enum gate_job_topic {
+    GATE_JOB_NEW = 0,
+    GATE_JOB_CLEANUP = 1,
+    GATE_JOB_INACTIVE = 2,
+    GATE_JOB_EVENT = 3,
+};
+
+enum gate_plugin_topic {
+    GATE_PLUGIN_CONF = 0,
+    GATE_PLUGIN_QUERY = 1,
+};
+
+/* Set from Python: when non-zero, every job.new is forwarded (recovery
+ * after a load, or configured hold rules).  Otherwise only marked jobs
+ * reach Python.
+ */
+static int gate_forward_new = 0;
+static char gate_marker;
+
+/* Promote libpython to RTLD_GLOBAL.  The job-manager opened us (and so
+ * libpython) RTLD_LOCAL, which hides Py* symbols from extension modules
+ * such as _cffi_backend or _json imported later.
+ */
+__attribute__ ((constructor)) static void gate_promote_libpython (void)
+{
+    Dl_info info;
+
+    if (dladdr ((void *)Py_IsInitialized, &info) && info.dli_fname)
+        (void)dlopen (info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+}
+
+static int gate_dirname (char *path, int levels)
+{
+    while (levels-- > 0) {
+        char *slash = strrchr (path, '/');
+        if (!slash || slash == path)
+            return -1;
+        *slash = '\0';
+    }
+    return 0;
+}
+
+/* The package lives in <site>/flux_epilog_gate/jobtap/epilog-gate.so.
+ * Fill 'site' with <site>, and 'prog' with the interpreter of the
+ * environment that owns it (<prefix>/bin/pythonX.Y, where <site> is
+ * <prefix>/lib/pythonX.Y/site-packages), falling back to the
+ * interpreter that built the library.
+ */
+static int gate_locate (char *site, size_t sitesz, char *prog, size_t progsz)
+{
+    Dl_info info;
+    char prefix[PATH_MAX];
+
+    if (!dladdr ((void *)gate_locate, &info) || !info.dli_fname
+        || !realpath (info.dli_fname, site)
+        || gate_dirname (site, 3) < 0)
+        return -1;
+    snprintf (prefix, sizeof (prefix), "%s", site);
+    if (gate_dirname (prefix, 3) == 0) {
+        snprintf (prog, progsz, "%s/bin/python%d.%d",
+                  prefix, PY_MAJOR_VERSION, PY_MINOR_VERSION);
+        if (access (prog, X_OK) == 0)
+            return 0;
+    }
+    snprintf (prog, progsz, "%s", GATE_BUILD_PYTHON);
+    (void)sitesz;
+    return 0;
+}
+
+static int gate_start_python (flux_t *h, const char *prog)
+{
+    PyConfig config;
+    PyStatus status;
+
+    PyConfig_InitPythonConfig (&config);
+    /* The broker's PATH, PYTHONHOME and PYTHONPATH describe whatever
+     * started the instance, not the environment we were installed in.
+     */
+    config.use_environment = 0;
+    config.user_site_directory = 0;
+    config.install_signal_handlers = 0;
+    config.parse_argv = 0;
+    status = PyConfig_SetBytesString (&config, &config.program_name, prog);
+    if (PyStatus_Exception (status))
+        goto error;
+    status = Py_InitializeFromConfig (&config);
+    if (PyStatus_Exception (status))
+        goto error;
+    PyConfig_Clear (&config);
+    /* Release the GIL: cffi takes it per call, from whichever thread. */
+    (void)PyEval_SaveThread ();
+    return 0;
+error:
+    flux_log (h, LOG_ERR, "%s: starting Python (%s) failed: %s",
+              GATE_NAME, prog, status.err_msg ? status.err_msg : "unknown");
+    PyConfig_Clear (&config);
+    return -1;
+}
+
+/* Put our own site directory and flux-core's bindings first on sys.path,
+ * also when another plugin started the interpreter before us.
+ */
+static int gate_extend_path (flux_t *h, const char *site)
+{
+    const char *dirs[] = { GATE_FLUX_PYTHONPATH, site };
+    PyGILState_STATE gil = PyGILState_Ensure ();
+    PyObject *path = PySys_GetObject ("path");
+    int rc = -1;
+
+    if (!path || !PyList_Check (path))
+        goto done;
+    for (size_t i = 0; i < sizeof (dirs) / sizeof (dirs[0]); i++) {
+        PyObject *s = PyUnicode_DecodeFSDefault (dirs[i]);
+        int present = s ? PySequence_Contains (path, s) : -1;
+        if (present < 0 || (!present && PyList_Insert (path, 0, s) < 0)) {
+            Py_XDECREF (s);
+            goto done;
+        }
+        Py_DECREF (s);
+    }
+    rc = 0;
+done:
+    if (rc < 0) {
+        PyErr_Clear ();
+        flux_log (h, LOG_ERR, "%s: cannot extend sys.path", GATE_NAME);
+    }
+    PyGILState_Release (gil);
+    return rc;
+}
+
+/* Jobtap callbacks.  A job reaches Python only if it carries our marker
+ * (it has holds, or is being recovered), or if Python asked for job.new.
+ */
+static int gate_job_cb (flux_plugin_t *p,
+                        const char *topic,
+                        flux_plugin_arg_t *args,
+                        void *data)
+{
+    int what = (int)(intptr_t)data;
+    flux_jobid_t id;
+    int state = 0;
+    json_int_t userid = 0;
+
+    if (!(what == GATE_JOB_NEW && gate_forward_new)
+        && !flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX))
+        return 0;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:i s:I}",
+                                "id", &id,
+                                "state", &state,
+                                "userid", &userid) < 0)
+        return -1;
+    if (what == GATE_JOB_EVENT)
+        topic += strlen ("job.event.");
+    return gate_py_job (p, what, topic, id, state, (uint32_t)userid, args);
+}
+
+static int gate_plugin_cb (flux_plugin_t *p,
+                           const char *topic,
+                           flux_plugin_arg_t *args,
+                           void *data)
+{
+    return gate_py_plugin (p, (int)(intptr_t)data, args);
+}
+
+static void gate_unload (void *arg)
+{
+    gate_py_unload ((flux_plugin_t *)arg);
+}
+
+static const struct flux_plugin_handler gate_handlers[] = {
+    { "job.new", gate_job_cb, (void *)GATE_JOB_NEW },
+    { "job.state.cleanup", gate_job_cb, (void *)GATE_JOB_CLEANUP },
+    { "job.state.inactive", gate_job_cb, (void *)GATE_JOB_INACTIVE },
+    { "job.event.*", gate_job_cb, (void *)GATE_JOB_EVENT },
+    { "conf.update", gate_plugin_cb, (void *)GATE_PLUGIN_CONF },
+    { "plugin.query", gate_plugin_cb, (void *)GATE_PLUGIN_QUERY },
+    { 0 },
+};
+
+int flux_plugin_init (flux_plugin_t *p)
+{
+    static int python_started = 0;
+    flux_t *h = flux_jobtap_get_flux (p);
+    char site[PATH_MAX];
+    char prog[PATH_MAX];
+
+    /* Services are named after the plugin, so name it before Python
+     * registers any.
+     */
+    if (flux_plugin_set_name (p, GATE_NAME) < 0)
+        return -1;
+    gate_forward_new = 0;
+    if (!python_started) {
+        if (gate_locate (site, sizeof (site), prog, sizeof (prog)) < 0) {
+            flux_log (h, LOG_ERR, "%s: cannot locate own library", GATE_NAME);
+            return -1;
+        }
+        if (!Py_IsInitialized () && gate_start_python (h, prog) < 0)
+            return -1;
+        if (gate_extend_path (h, site) < 0)
+            return -1;
+        python_started = 1;
+    }
+    /* cffi answers 0 if its own start-up failed, so success is 1. */
+    if (gate_py_init (p) != 1) {
+        flux_log (h, LOG_ERR, "%s: initialization failed", GATE_NAME);
+        return -1;
+    }
+    /* Tell Python when this plugin instance goes away (remove, unload). */
+    if (flux_plugin_aux_set (p, NULL, p, gate_unload) < 0) {
+        gate_py_unload (p);
+        return -1;
+    }
+    return flux_plugin_register (p, GATE_NAME, gate_handlers);
+}
+
+/* Helpers called from Python: fixed signatures around variadic calls. */
+
+/* Return 1 if an earlier instance of the plugin ran in this same
+ * job-manager (its in-memory holds are still valid), else 0.
+ */
+static int gate_seen_jobmanager (flux_plugin_t *p)
+{
+    flux_t *h = flux_jobtap_get_flux (p);
+
+    if (flux_aux_get (h, GATE_JM_AUX))
+        return 1;
+    (void)flux_aux_set (h, GATE_JM_AUX, &gate_marker, NULL);
+    return 0;
+}
+
+static void gate_set_forward_new (int on)
+{
+    gate_forward_new = on;
+}
+
+static int gate_mark (flux_plugin_t *p, flux_jobid_t id, int on)
+{
+    return flux_jobtap_job_aux_set (p, id, GATE_AUX,
+                                    on ? &gate_marker : NULL, NULL);
+}
+
+static int gate_post (flux_plugin_t *p,
+               flux_jobid_t id,
+               const char *name,
+               const char *context)
+{
+    json_t *o;
+    int rc;
+
+    if (!(o = json_loads (context, 0, NULL))) {
+        errno = EPROTO;
+        return -1;
+    }
+    rc = flux_jobtap_event_post_pack (p, id, name, "O", o);
+    json_decref (o);
+    return rc;
+}
+
+static int gate_raise (flux_plugin_t *p,
+                flux_jobid_t id,
+                const char *type,
+                int severity,
+                const char *note)
+{
+    return flux_jobtap_raise_exception (p, id, type, severity, "%s", note);
+}
+
+static int gate_job_lookup (flux_plugin_t *p,
+                     flux_jobid_t id,
+                     int *state,
+                     uint32_t *userid)
+{
+    flux_plugin_arg_t *args;
+    json_int_t uid;
+    int rc = -1;
+
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return -1;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:i s:I}",
+                                "state", state,
+                                "userid", &uid) == 0) {
+        *userid = (uint32_t)uid;
+        rc = 0;
+    }
+    flux_plugin_arg_destroy (args);
+    return rc;
+}
+
+static int gate_error (flux_plugin_t *p, flux_plugin_arg_t *args, const char *text)
+{
+    return flux_jobtap_error (p, args, "%s", text);
+}
+
+static void gate_log (flux_plugin_t *p, int level, const char *text)
+{
+    flux_log (flux_jobtap_get_flux (p), level, "%s: %s", GATE_NAME, text);
+}
+
+/* vi: ts=4 sw=4 expandtab
+ */

@@ -1,0 +1,277 @@
+"""The Python side of epilog-gate.so: entry points called from entry.c.
+
+Every entry point contains its own exceptions: an exception becomes an
+error return (or an error response) and one log line, never a crash of
+the job-manager.
+
+One interpreter outlives ``flux jobtap remove``: the gate of a removed
+plugin is kept and taken over by the next load into the same
+job-manager, so holds survive a reload without reading anything back.  A
+new job-manager (module reload, instance restart) rebuilds the holds from
+the jobs' eventlogs instead.
+"""
+
+import errno
+import syslog
+import traceback
+
+from .. import protocol
+from ..config import Config, ConfigError
+from ..errors import GateError
+from ..gate import NEW, Gate
+from ._entry import ffi, lib
+from .facade import Jobtap, arg_in, arg_out, disconnect_match, request_cred
+from .facade import request_payload
+
+JOB_NEW, JOB_CLEANUP, JOB_INACTIVE, JOB_EVENT = range(4)
+PLUGIN_CONF, PLUGIN_QUERY = range(2)
+
+#: RPC methods: (name, handler name, open to guests at the dispatcher)
+METHODS = ("hold", "release", "list", "watch", "disconnect")
+
+
+class Host:
+    """One loaded instance of the plugin and the gate it drives."""
+
+    def __init__(self, p, carried=None):
+        self.jobtap = Jobtap(p)
+        self.recovering = carried is None
+        self.carried = carried
+        self.seen = set()
+        if carried is not None:
+            carried.port = self.jobtap
+            self.gate = carried
+        else:
+            self.gate = Gate(self.jobtap)
+        self._register()
+        # job.new is called for every active job right after the load (or,
+        # in a restarting job-manager, for every restored job); a timer
+        # fires only once that is done.
+        self.jobtap.forward_new(True)
+        self._load_timer = self.jobtap.timer(0.0, self._loaded)
+
+    def _register(self):
+        for index, method in enumerate(METHODS):
+            self.jobtap.register(method, ffi.cast("void *", index), guests=True)
+
+    # Jobs
+
+    def job(self, what, topic, jobid, state, userid):
+        if what == JOB_NEW:
+            self._on_new(jobid, state, userid)
+        elif what == JOB_CLEANUP:
+            self.gate.on_cleanup(jobid)
+        elif what == JOB_INACTIVE:
+            self.gate.on_inactive(jobid)
+        elif what == JOB_EVENT:
+            self.gate.on_event(jobid, ffi.string(topic).decode(), state)
+
+    def _on_new(self, jobid, state, userid):
+        if state == NEW:
+            return
+        self.seen.add(jobid)
+        if self.carried is not None:
+            self.gate.retrack(jobid, state)
+        elif self.recovering:
+            self.gate.begin_recovery(jobid, userid)
+            self.jobtap.read_eventlog(
+                jobid, lambda events, error: self._recovered(jobid, events, error)
+            )
+
+    def _recovered(self, jobid, events, error):
+        if self.jobtap.p is None:
+            return
+        if error is not None:
+            self.jobtap.log(
+                syslog.LOG_ERR, f"recovering job {jobid}: eventlog lookup: {error}"
+            )
+            events = []
+        self.gate.end_recovery(jobid, events)
+
+    def _loaded(self):
+        self._load_timer = None
+        if self.carried is not None:
+            self.gate.resume(self.seen)
+            self.carried = None
+        self.recovering = False
+        self.seen = set()
+        self.jobtap.forward_new(False)
+
+    # Plugin callbacks
+
+    def configure(self, args):
+        conf = arg_in(args).get("conf") or {}
+        config = Config.from_sources(self.jobtap.load_options(), conf.get("epilog-gate"))
+        self.gate.reconfigure(config)
+
+    def query(self, args):
+        gate = self.gate
+        arg_out(
+            args,
+            {
+                "config": gate.config.to_dict(),
+                "counters": dict(
+                    gate.stats,
+                    holds=sum(len(job.holds) for job in gate.jobs.values()),
+                    jobs=len(gate.jobs),
+                    watchers=len(gate.watchers),
+                    gone=len(gate.gone),
+                ),
+                "holds": gate.list(),
+            },
+        )
+
+    # Requests
+
+    def request(self, index, message):
+        method = METHODS[index]
+        if method == "disconnect":
+            self.gate.unwatch(lambda sink: disconnect_match(message, sink))
+            return
+        try:
+            userid, rolemask = request_cred(message)
+            owner = bool(rolemask & lib.FLUX_ROLE_OWNER)
+            payload = request_payload(message)
+            getattr(self, f"_{method}")(message, payload, owner, userid)
+        except GateError as exc:
+            self.jobtap.respond_error(message, exc.errnum, exc.message)
+        except ValueError as exc:
+            self.jobtap.respond_error(
+                message, errno.EPROTO, f"{method}: malformed payload: {exc}"
+            )
+
+    def _hold(self, message, payload, owner, userid):
+        _require_owner("hold", owner)
+        jobid, description, timeout = protocol.parse_hold(payload)
+        hold, _ = self.gate.hold(jobid, description, timeout)
+        self.jobtap.send(
+            message,
+            {"id": hold.id, "description": hold.description, "state": hold.state},
+        )
+
+    def _release(self, message, payload, owner, userid):
+        _require_owner("release", owner)
+        jobid, description, status = protocol.parse_release(payload)
+        released, reason = self.gate.release(jobid, description, status)
+        answer = {"released": released}
+        if reason:
+            answer["reason"] = reason
+        self.jobtap.send(message, answer)
+
+    def _list(self, message, payload, owner, userid):
+        jobid = protocol.parse_list(payload if payload is not None else {})
+        holds = self.gate.list(jobid, userid=None if owner else userid)
+        self.jobtap.send(message, {"holds": holds})
+
+    def _watch(self, message, payload, owner, userid):
+        if not message.pimpl.is_streaming():
+            raise GateError(errno.EPROTO, "watch: request must be streaming")
+        descriptions = protocol.parse_watch(payload if payload is not None else {})
+        self.gate.watch(message, descriptions, userid=None if owner else userid)
+
+    def unload(self):
+        """This plugin instance is being destroyed: stop everything that
+        would call back into it, and keep the gate for the next load."""
+        self.gate.suspend()
+        self.jobtap.close()
+
+
+def _require_owner(method, owner):
+    if not owner:
+        raise GateError(errno.EPERM, f"{method}: only the instance owner may {method}")
+
+
+class _State:
+    """Module state that survives plugin remove and load."""
+
+    host = None
+    carried = None
+
+
+def _log_error(where):
+    host = _State.host
+    text = f"{where}: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:])
+    if host is not None and host.jobtap.p is not None:
+        host.jobtap.log(syslog.LOG_ERR, text)
+    else:
+        print(f"epilog-gate: {text}", flush=True)
+
+
+def _onerror(exc_type, exc_value, tb):
+    host = _State.host
+    lines = traceback.format_exception(exc_type, exc_value, tb)
+    text = "uncaught: " + " | ".join("".join(lines).strip().splitlines()[-3:])
+    if host is not None and host.jobtap.p is not None:
+        host.jobtap.log(syslog.LOG_ERR, text)
+
+
+@ffi.def_extern(error=-1, onerror=_onerror)
+def gate_py_init(p):
+    carried = _State.carried if lib.gate_seen_jobmanager(p) else None
+    _State.carried = None
+    try:
+        _State.host = Host(p, carried)
+    except Exception:
+        _log_error("init")
+        _State.host = None
+        return -1
+    return 1
+
+
+@ffi.def_extern(onerror=_onerror)
+def gate_py_unload(p):
+    host = _State.host
+    if host is None or host.jobtap.p != p:
+        return
+    _State.host = None
+    try:
+        host.unload()
+        _State.carried = host.gate
+    except Exception:
+        _log_error("unload")
+
+
+@ffi.def_extern(error=-1, onerror=_onerror)
+def gate_py_job(p, what, topic, jobid, state, userid, args):
+    try:
+        _State.host.job(what, topic, jobid, state, userid)
+    except Exception:
+        _log_error(f"job {jobid}")
+        return -1
+    return 0
+
+
+@ffi.def_extern(error=-1, onerror=_onerror)
+def gate_py_plugin(p, what, args):
+    host = _State.host
+    try:
+        if what == PLUGIN_CONF:
+            host.configure(args)
+        elif what == PLUGIN_QUERY:
+            host.query(args)
+    except ConfigError as exc:
+        lib.gate_error(p, args, f"epilog-gate: {exc}".encode())
+        return -1
+    except Exception:
+        _log_error("plugin callback")
+        lib.gate_error(p, args, b"epilog-gate: internal error (see flux dmesg)")
+        return -1
+    return 0
+
+
+@ffi.def_extern(onerror=_onerror)
+def gate_py_request(h, mh, msg, arg):
+    host = _State.host
+    message = None
+    try:
+        message = host.jobtap.message(msg)
+        host.request(int(ffi.cast("intptr_t", arg)), message)
+    except Exception:
+        _log_error("request")
+        if message is not None:
+            try:
+                host.jobtap.respond_error(
+                    message, errno.EIO, "epilog-gate: internal error (see flux dmesg)"
+                )
+            except Exception:
+                _log_error("responding")

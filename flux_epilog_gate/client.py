@@ -1,0 +1,77 @@
+"""Python client of the epilog-gate plugin.
+
+    >>> import flux
+    >>> from flux_epilog_gate import EpilogGate
+    >>> gate = EpilogGate(flux.Flux())
+    >>> gate.hold("ƒ2xPxUZuF", "bb-teardown", timeout=600)
+    {'id': ..., 'description': 'bb-teardown', 'state': 'pending'}
+    >>> for hold in gate.watch(["bb-teardown"]):
+    ...     teardown(hold["id"])
+    ...     gate.release(hold["id"], "bb-teardown")
+
+Errors come back as OSError with the plugin's message, as from any Flux
+RPC.  The plugin checks every request; the client only converts job ids.
+"""
+
+import flux
+from flux.job import JobID
+
+SERVICE = "job-manager.epilog-gate"
+
+
+def _jobid(jobid):
+    """Any Flux job id form (int, f58, decimal, hex, words) as an int."""
+    return int(JobID(jobid))
+
+
+class EpilogGate:
+    """Hold, release, list and watch holds through ``handle``."""
+
+    def __init__(self, handle=None):
+        self.handle = handle if handle is not None else flux.Flux()
+
+    def _rpc(self, method, payload, flags=0):
+        return self.handle.rpc(f"{SERVICE}.{method}", payload, flags=flags)
+
+    def hold_async(self, jobid, description, timeout=None):
+        payload = {"id": _jobid(jobid), "description": description}
+        if timeout is not None:
+            payload["timeout"] = timeout
+        return self._rpc("hold", payload)
+
+    def hold(self, jobid, description, timeout=None):
+        """Register hold ``description`` on ``jobid``; return the hold
+        (``{id, description, state}``)."""
+        return self.hold_async(jobid, description, timeout).get()
+
+    def release_async(self, jobid, description, status=0):
+        payload = {"id": _jobid(jobid), "description": description}
+        if status:
+            payload["status"] = status
+        return self._rpc("release", payload)
+
+    def release(self, jobid, description, status=0):
+        """Release a hold; return ``{released, reason?}``.  A hold that is
+        already gone answers ``released: False`` with the reason."""
+        return self.release_async(jobid, description, status).get()
+
+    def list(self, jobid=None):
+        """Return all holds visible to the caller, or those of ``jobid``."""
+        payload = {} if jobid is None else {"id": _jobid(jobid)}
+        return self._rpc("list", payload).get()["holds"]
+
+    def watch_async(self, descriptions=None):
+        """Start a watch; returns the streaming future (see :meth:`watch`)."""
+        payload = {}
+        if descriptions:
+            payload["descriptions"] = list(descriptions)
+        return self._rpc("watch", payload, flags=flux.constants.FLUX_RPC_STREAMING)
+
+    def watch(self, descriptions=None):
+        """Yield ``{id, description, userid, ran}`` for every hold that is
+        active now, then for each hold as it becomes active.  Blocks
+        between holds; stop by leaving the loop."""
+        future = self.watch_async(descriptions)
+        while True:
+            yield future.get()
+            future.reset()

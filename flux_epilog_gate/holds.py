@@ -1,0 +1,90 @@
+"""Holds: the named cleanup actions the gate keeps on a job.
+
+A hold is ``(job id, description)``.  It is *pending* until the job reaches
+its epilog point, *active* once ``epilog-start`` has been posted for it, and
+gone once ``epilog-finish`` has been posted or it was cancelled while
+pending.
+"""
+
+import re
+
+PENDING = "pending"
+ACTIVE = "active"
+
+#: ``epilog-finish`` status posted when a hold's timeout expires.
+TIMEOUT_STATUS = 124
+
+#: Job exception type raised for a failed or timed-out hold (severity 1).
+EXCEPTION_TYPE = "epilog"
+EXCEPTION_SEVERITY = 1
+
+#: Events the gate posts to a job's eventlog so that holds are durable.
+HOLD_EVENT = "epilog-gate-hold"
+CANCEL_EVENT = "epilog-gate-cancel"
+
+#: Description of the gate's own short-lived epilog action that keeps a
+#: job from going inactive while its holds are being recovered.  The ':'
+#: keeps it out of the namespace users can hold.
+RECOVERY_DESCRIPTION = "epilog-gate:recovery"
+
+DESCRIPTION_MAX = 64
+_DESCRIPTION = re.compile(r"[A-Za-z0-9._-]{1,%d}\Z" % DESCRIPTION_MAX)
+
+
+def description_error(description):
+    """Return why ``description`` is not a valid hold description, or None."""
+    if not isinstance(description, str):
+        return "description must be a string"
+    if not description:
+        return "description must not be empty"
+    if len(description) > DESCRIPTION_MAX:
+        return f"description is longer than {DESCRIPTION_MAX} characters"
+    if not _DESCRIPTION.match(description):
+        return (
+            f"description {description!r} may only contain "
+            "letters, digits, '.', '_' and '-'"
+        )
+    return None
+
+
+class Hold:
+    """One hold on one job."""
+
+    __slots__ = (
+        "id",
+        "description",
+        "state",
+        "userid",
+        "t_hold",
+        "t_start",
+        "timeout",
+        "timer",
+    )
+
+    def __init__(self, jobid, description, userid, t_hold, timeout=None):
+        self.id = jobid
+        self.description = description
+        self.state = PENDING
+        self.userid = userid
+        self.t_hold = t_hold
+        self.t_start = None
+        self.timeout = timeout
+        self.timer = None
+
+    def to_dict(self):
+        """Return the hold as a ``list`` entry."""
+        entry = {
+            "id": self.id,
+            "description": self.description,
+            "state": self.state,
+            "userid": self.userid,
+            "t_hold": self.t_hold,
+        }
+        if self.t_start is not None:
+            entry["t_start"] = self.t_start
+        if self.timeout is not None:
+            entry["timeout"] = self.timeout
+        return entry
+
+    def __repr__(self):
+        return f"Hold({self.id}, {self.description!r}, {self.state})"

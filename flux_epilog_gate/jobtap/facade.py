@@ -1,0 +1,245 @@
+"""A thin, Pythonic face on the jobtap API of the job-manager.
+
+:class:`Jobtap` wraps one loaded plugin (a ``flux_plugin_t *``) and offers
+what the gate needs as plain methods that take and return Python values
+and raise OSError on failure.  It is also the gate's *port* (see
+:mod:`flux_epilog_gate.gate`).  Handles, messages, watchers, futures and
+eventlog entries come from flux-core's own Python bindings.
+"""
+
+import json
+import syslog
+import time
+import traceback
+
+import flux
+from flux.core.inner import ffi as flux_ffi
+from flux.core.inner import raw
+from flux.eventlog import EventLogEvent
+from flux.future import Future
+from flux.job import JobID
+from flux.message import Message
+
+from ._entry import ffi, lib
+
+EXCEPTION_TYPE = b"epilog"
+EXCEPTION_SEVERITY = 1
+
+
+def _address(cdata):
+    return int(ffi.cast("uintptr_t", cdata))
+
+
+def _oserror():
+    errnum = ffi.errno
+    return OSError(errnum, __import__("os").strerror(errnum))
+
+
+class Jobtap:
+    """The job-manager, as seen by one loaded instance of the plugin."""
+
+    def __init__(self, p):
+        self.p = p
+        self.flux = flux.Flux(
+            handle=flux_ffi.cast("flux_t *", _address(lib.flux_jobtap_get_flux(p)))
+        )
+        # The handle belongs to the job-manager: never close it.
+        self.flux.incref()
+        self._names = {}
+        self._lookups = set()
+
+    # Logging and error containment
+
+    def log(self, level, text):
+        lib.gate_log(self.p, level, text.encode("utf-8", "replace"))
+
+    def log_exception(self, where):
+        """Log the exception being handled as one line."""
+        lines = traceback.format_exc().strip().splitlines()
+        self.log(syslog.LOG_ERR, f"{where}: {' | '.join(lines[-3:])}")
+
+    def contained(self, where, callback):
+        """Wrap a reactor callback so an exception is logged, never raised:
+        an exception escaping into flux-core's bindings would stop the
+        job-manager's reactor."""
+
+        def wrapper(*args):
+            if self.p is None:
+                return
+            try:
+                callback(*args)
+            except Exception:  # noqa: BLE001 - nothing may escape
+                self.log_exception(where)
+
+        return wrapper
+
+    def close(self):
+        """The plugin instance is gone: drop everything that refers to it."""
+        self.p = None
+        self._lookups.clear()
+
+    # Jobs
+
+    def now(self):
+        return time.time()
+
+    def _name(self, name):
+        encoded = self._names.get(name)
+        if encoded is None:
+            encoded = self._names[name] = name.encode()
+        return encoded
+
+    def job_info(self, jobid):
+        state = ffi.new("int *")
+        userid = ffi.new("uint32_t *")
+        if lib.gate_job_lookup(self.p, jobid, state, userid) < 0:
+            raise _oserror()
+        return state[0], userid[0]
+
+    def posted(self, jobid, name):
+        return lib.flux_jobtap_job_event_posted(self.p, jobid, self._name(name)) > 0
+
+    def post(self, jobid, name, context):
+        encoded = json.dumps(context, separators=(",", ":")).encode()
+        if lib.gate_post(self.p, jobid, self._name(name), encoded) < 0:
+            raise _oserror()
+
+    def epilog_finish(self, jobid, description, status):
+        if (
+            lib.flux_jobtap_epilog_finish(self.p, jobid, description.encode(), status)
+            < 0
+        ):
+            raise _oserror()
+
+    def raise_exception(self, jobid, note):
+        if (
+            lib.gate_raise(
+                self.p, jobid, EXCEPTION_TYPE, EXCEPTION_SEVERITY, note.encode()
+            )
+            < 0
+        ):
+            raise _oserror()
+
+    def track(self, jobid, events=True):
+        """Send the job's callbacks to Python; with ``events`` also its
+        job.event.* callbacks."""
+        if lib.gate_mark(self.p, jobid, 1) < 0:
+            raise _oserror()
+        if events and lib.flux_jobtap_job_subscribe(self.p, jobid) < 0:
+            raise _oserror()
+
+    def untrack(self, jobid):
+        lib.flux_jobtap_job_unsubscribe(self.p, jobid)
+        lib.gate_mark(self.p, jobid, 0)
+
+    def forward_new(self, on):
+        lib.gate_set_forward_new(1 if on else 0)
+
+    # Reactor
+
+    def timer(self, delay, callback):
+        watcher = self.flux.timer_watcher_create(
+            delay, self.contained("timer", lambda *args: callback())
+        )
+        watcher.start()
+        return watcher
+
+    def read_eventlog(self, jobid, callback):
+        """Look up the job's eventlog without blocking; later call
+        ``callback(events, error)`` with a list of
+        ``(timestamp, name, context)``, or None and an OSError."""
+        key = f"{JobID(jobid).kvs}.eventlog".encode()
+        future = Future(raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key))
+        self._lookups.add(future)
+
+        def done(future):
+            self._lookups.discard(future)
+            try:
+                value = flux_ffi.new("char *[1]")
+                raw.flux_kvs_lookup_get(future.pimpl.handle, value)
+                text = flux_ffi.string(value[0]).decode()
+            except OSError as exc:
+                callback(None, exc)
+                return
+            callback(_parse_eventlog(text), None)
+
+        future.then(self.contained("eventlog lookup", done))
+
+    # Services
+
+    def register(self, method, callback_arg, guests=False):
+        rolemask = lib.FLUX_ROLE_OWNER | (lib.FLUX_ROLE_USER if guests else 0)
+        if (
+            lib.flux_jobtap_service_register_ex(
+                self.p, method.encode(), rolemask, lib.gate_py_request, callback_arg
+            )
+            < 0
+        ):
+            raise _oserror()
+
+    def message(self, msg):
+        """Wrap a request received from C as a flux Message."""
+        return Message(handle=flux_ffi.cast("flux_msg_t *", _address(msg)))
+
+    def send(self, message, payload):
+        """Respond to ``message``; False if that failed."""
+        try:
+            self.flux.respond(message, json.dumps(payload, separators=(",", ":")))
+        except OSError:
+            return False
+        return True
+
+    def respond_error(self, message, errnum, text):
+        raw.flux_respond_error(
+            self.flux.handle, message.handle, errnum, text.encode("utf-8", "replace")
+        )
+
+    # Plugin arguments
+
+    def load_options(self):
+        conf = lib.flux_plugin_get_conf(self.p)
+        return json.loads(ffi.string(conf)) if conf != ffi.NULL else {}
+
+
+def request_payload(message):
+    """Decoded JSON payload of a request (None if it has none)."""
+    text = message.payload_str
+    return json.loads(text) if text else None
+
+
+def request_cred(message):
+    """Return ``(userid, rolemask)`` of a request's sender."""
+    userid = flux_ffi.new("uint32_t *")
+    rolemask = flux_ffi.new("uint32_t *")
+    raw.flux_msg_get_userid(message.handle, userid)
+    raw.flux_msg_get_rolemask(message.handle, rolemask)
+    return userid[0], rolemask[0]
+
+
+def disconnect_match(message, other):
+    """True if ``other`` came from the client that sent disconnect
+    ``message``."""
+    return bool(raw.flux_disconnect_match(message.handle, other.handle))
+
+
+def arg_in(args):
+    """The IN arguments of a jobtap callback, decoded."""
+    text = ffi.new("char **")
+    if lib.flux_plugin_arg_get(args, lib.FLUX_PLUGIN_ARG_IN, text) < 0:
+        raise _oserror()
+    return json.loads(ffi.string(text[0]))
+
+
+def arg_out(args, value):
+    """Set the OUT arguments of a jobtap callback."""
+    if lib.flux_plugin_arg_set(args, lib.FLUX_PLUGIN_ARG_OUT, json.dumps(value).encode()) < 0:
+        raise _oserror()
+
+
+def _parse_eventlog(text):
+    events = []
+    for line in text.splitlines():
+        if line.strip():
+            event = EventLogEvent(line)
+            events.append((event.timestamp, event.name, event.context))
+    return events

@@ -1,0 +1,99 @@
+"""Requests of the ``job-manager.epilog-gate.*`` methods, checked.
+
+Each ``parse_*`` function takes a decoded JSON payload and returns the
+request's values, or raises GateError: EPROTO for a payload of the wrong
+shape (not an object, a missing or unknown key, a value of the wrong type),
+EINVAL for a value of the right type that is out of range.
+"""
+
+import errno
+import math
+
+from .errors import GateError
+from .holds import description_error
+
+JOBID_MAX = 2**64 - 1
+STATUS_MIN = -(2**31)
+STATUS_MAX = 2**31 - 1
+
+
+def _object(payload, method, required, optional=()):
+    if not isinstance(payload, dict):
+        raise GateError(errno.EPROTO, f"{method}: payload must be a JSON object")
+    unknown = sorted(set(payload) - set(required) - set(optional), key=str)
+    if unknown:
+        raise GateError(
+            errno.EPROTO, f"{method}: unknown key {unknown[0]!r} in payload"
+        )
+    for key in required:
+        if key not in payload:
+            raise GateError(errno.EPROTO, f"{method}: missing key {key!r}")
+    return payload
+
+
+def _integer(value, method, key):
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise GateError(errno.EPROTO, f"{method}: {key} must be an integer")
+    return value
+
+
+def _jobid(value, method):
+    _integer(value, method, "id")
+    if not 0 <= value <= JOBID_MAX:
+        raise GateError(errno.EINVAL, f"{method}: id {value} is not a job id")
+    return value
+
+
+def _description(value, method):
+    if not isinstance(value, str):
+        raise GateError(errno.EPROTO, f"{method}: description must be a string")
+    problem = description_error(value)
+    if problem:
+        raise GateError(errno.EINVAL, f"{method}: {problem}")
+    return value
+
+
+def parse_hold(payload):
+    """Return ``(id, description, timeout)``; timeout is None if absent."""
+    _object(payload, "hold", ("id", "description"), ("timeout",))
+    jobid = _jobid(payload["id"], "hold")
+    description = _description(payload["description"], "hold")
+    timeout = payload.get("timeout")
+    if timeout is not None:
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+            raise GateError(errno.EPROTO, "hold: timeout must be a number")
+        if not math.isfinite(timeout) or timeout <= 0:
+            raise GateError(
+                errno.EINVAL, f"hold: timeout {timeout} must be greater than 0"
+            )
+        timeout = float(timeout)
+    return jobid, description, timeout
+
+
+def parse_release(payload):
+    """Return ``(id, description, status)``."""
+    _object(payload, "release", ("id", "description"), ("status",))
+    jobid = _jobid(payload["id"], "release")
+    description = _description(payload["description"], "release")
+    status = _integer(payload.get("status", 0), "release", "status")
+    if not STATUS_MIN <= status <= STATUS_MAX:
+        raise GateError(errno.EINVAL, f"release: status {status} is out of range")
+    return jobid, description, status
+
+
+def parse_list(payload):
+    """Return the job id to list, or None for all jobs."""
+    _object(payload, "list", (), ("id",))
+    jobid = payload.get("id")
+    return None if jobid is None else _jobid(jobid, "list")
+
+
+def parse_watch(payload):
+    """Return the set of descriptions to watch, or None for all."""
+    _object(payload, "watch", (), ("descriptions",))
+    descriptions = payload.get("descriptions")
+    if descriptions is None:
+        return None
+    if not isinstance(descriptions, list):
+        raise GateError(errno.EPROTO, "watch: descriptions must be a list")
+    return frozenset(_description(d, "watch") for d in descriptions) or None
