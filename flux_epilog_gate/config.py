@@ -8,7 +8,11 @@ table, which ``flux config reload`` re-reads.
 
 import math
 
-KEYS = ("timeout", "max-holds", "gone-limit")
+KEYS = ("timeout", "max-holds", "gone-limit", "debug-fault")
+
+#: Entry points where ``debug-fault`` makes the plugin raise, to prove that
+#: an exception inside the job-manager is contained (tests only).
+FAULTS = ("request", "job", "query")
 
 #: The job-manager counts perilog actions in a uint8: stay well below it.
 MAX_HOLDS_LIMIT = 200
@@ -59,10 +63,11 @@ def _parse_count(value, key, low, high):
 class Config:
     """Effective gate configuration."""
 
-    def __init__(self, timeout=None, max_holds=64, gone_limit=10000):
+    def __init__(self, timeout=None, max_holds=64, gone_limit=10000, fault=None):
         self.timeout = timeout
         self.max_holds = max_holds
         self.gone_limit = gone_limit
+        self.fault = fault
 
     @classmethod
     def from_sources(cls, options=None, table=None):
@@ -91,11 +96,21 @@ class Config:
             config.gone_limit = _parse_count(
                 merged["gone-limit"], "gone-limit", 0, 10_000_000
             )
+        if "debug-fault" in merged:
+            if merged["debug-fault"] not in FAULTS:
+                raise ConfigError(
+                    f"debug-fault: {merged['debug-fault']!r} is not one of "
+                    f"{', '.join(FAULTS)}"
+                )
+            config.fault = merged["debug-fault"]
         return config
 
     def to_dict(self):
-        return {
+        conf = {
             "timeout": self.timeout,
             "max-holds": self.max_holds,
             "gone-limit": self.gone_limit,
         }
+        if self.fault:
+            conf["debug-fault"] = self.fault
+        return conf

@@ -56,7 +56,12 @@ class Host:
 
     # Jobs
 
+    def fault(self, where):
+        if self.gate.config.fault == where:
+            raise RuntimeError(f"debug-fault={where}: injected failure")
+
     def job(self, what, topic, jobid, state, userid):
+        self.fault("job")
         if what == JOB_NEW:
             self._on_new(jobid, state, userid)
         elif what == JOB_CLEANUP:
@@ -105,6 +110,7 @@ class Host:
         self.gate.reconfigure(config)
 
     def query(self, args):
+        self.fault("query")
         gate = self.gate
         arg_out(
             args,
@@ -128,6 +134,7 @@ class Host:
         if method == "disconnect":
             self.gate.unwatch(lambda sink: disconnect_match(message, sink))
             return
+        self.fault("request")
         try:
             userid, rolemask = request_cred(message)
             owner = bool(rolemask & lib.FLUX_ROLE_OWNER)

@@ -1,0 +1,76 @@
+"""Fixtures: real Flux test instances with the installed plugin loaded."""
+
+import os
+import shutil
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pytest_sessionstart(session):
+    if shutil.which("flux") is None:
+        pytest.exit(
+            "flux-core is not installed (no 'flux' on PATH): it is a "
+            "prerequisite of every test here, see README.md",
+            returncode=3,
+        )
+    import flux_epilog_gate
+
+    where = os.path.dirname(os.path.abspath(flux_epilog_gate.__file__))
+    if where.startswith(os.path.join(REPO, "flux_epilog_gate")):
+        pytest.exit(
+            f"flux_epilog_gate was imported from the source tree ({where}); "
+            "tests run against the installed package: use 'make check'",
+            returncode=3,
+        )
+
+
+@pytest.fixture(scope="session")
+def plugin():
+    from flux_epilog_gate import plugin_path
+
+    return plugin_path()
+
+
+@pytest.fixture(scope="session")
+def instance(plugin):
+    """One instance for the session: the plugin loaded from the config,
+    64 fake cores so jobs never wait for resources."""
+    from flux_epilog_gate.testing import Instance
+
+    with Instance(cores=64, plugin=plugin) as inst:
+        yield inst
+
+
+@pytest.fixture(scope="session")
+def handle(instance):
+    return instance.handle()
+
+
+@pytest.fixture
+def gate(handle):
+    from flux_epilog_gate import EpilogGate
+
+    return EpilogGate(handle)
+
+
+@pytest.fixture
+def new_instance(plugin):
+    """Factory for instances of a test's own (stopped at teardown)."""
+    from flux_epilog_gate.testing import Instance
+
+    made = []
+
+    def make(**kwargs):
+        kwargs.setdefault("cores", 64)
+        kwargs.setdefault("plugin", plugin)
+        inst = Instance(**kwargs)
+        made.append(inst)
+        inst.start()
+        return inst
+
+    yield make
+    for inst in made:
+        inst.stop()
+        inst.cleanup()

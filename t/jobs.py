@@ -1,0 +1,79 @@
+"""Helpers for tests: submit jobs, read and wait on their eventlogs."""
+
+import time
+
+import flux.job
+from flux.eventlog import EventLogEvent
+from flux.job import JobspecV1
+
+#: Simulated execution: the job "runs" this long without any process.
+SIM = "system.exec.test.run_duration"
+
+
+def submit(handle, duration=None, urgency=None, **attrs):
+    """Submit a one-task job; with ``duration`` (seconds) its execution is
+    simulated; ``attrs`` are set as jobspec attributes."""
+    spec = JobspecV1.from_command(["true"])
+    if duration is not None:
+        spec.setattr(SIM, f"{duration}s")
+    for key, value in attrs.items():
+        spec.setattr(key, value)
+    kwargs = {} if urgency is None else {"urgency": urgency}
+    return flux.job.submit(handle, spec, **kwargs)
+
+
+def eventlog(handle, jobid):
+    """The job's eventlog as committed now: a list of EventLogEvent."""
+    answer = handle.rpc(
+        "job-info.lookup", {"id": int(jobid), "keys": ["eventlog"], "flags": 0}
+    ).get()
+    return [EventLogEvent(line) for line in answer["eventlog"].splitlines() if line]
+
+
+def names(events):
+    return [event.name for event in events]
+
+
+def wait_event(handle, jobid, name, timeout=15.0, match=None):
+    """Wait until event ``name`` (whose context satisfies ``match``, if
+    given) is in the job's eventlog; return it.  Fails on timeout or if the
+    eventlog ends first."""
+    future = flux.job.event_watch_async(handle, jobid)
+    deadline = time.time() + timeout
+    try:
+        while True:
+            remaining = deadline - time.time()
+            if remaining <= 0:
+                raise TimeoutError(f"no {name} event for job {jobid} in {timeout}s")
+            try:
+                future.wait_for(remaining)
+            except OSError as exc:
+                raise TimeoutError(
+                    f"no {name} event for job {jobid} in {timeout}s"
+                ) from exc
+            event = future.get_event()
+            if event is None:
+                raise AssertionError(f"eventlog of {jobid} ended without {name}")
+            if event.name == name and (match is None or match(event.context)):
+                return event
+    finally:
+        try:
+            future.cancel()
+        except OSError:
+            pass
+
+
+def wait_inactive(handle, jobid, timeout=15.0):
+    return wait_event(handle, jobid, "clean", timeout=timeout)
+
+
+def settle(handle, jobid, name, seconds=0.5):
+    """Give the job-manager time to post ``name`` if it were going to, then
+    return the eventlog (to prove that it did not)."""
+    time.sleep(seconds)
+    return eventlog(handle, jobid)
+
+
+def set_urgency(handle, jobid, urgency):
+    """Change a job's urgency (0 holds it in PRIORITY/SCHED, 16 releases)."""
+    handle.rpc("job-manager.urgency", {"id": int(jobid), "urgency": urgency}).get()
