@@ -8,7 +8,10 @@ table, which ``flux config reload`` re-reads.
 
 import math
 
-KEYS = ("timeout", "max-holds", "gone-limit", "debug-fault")
+from .holds import description_error
+
+KEYS = ("timeout", "max-holds", "gone-limit", "annotate", "rules", "debug-fault")
+RULE_KEYS = ("attribute", "equals", "description", "timeout")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
 #: an exception inside the job-manager is contained (tests only).
@@ -60,13 +63,91 @@ def _parse_count(value, key, low, high):
     return value
 
 
+_MISSING = object()
+
+
+class Rule:
+    """Hold ``description`` on every job whose jobspec has ``attribute``
+    (a dotted path under ``attributes``), equal to ``equals`` if given."""
+
+    __slots__ = ("attribute", "path", "equals", "description", "timeout")
+
+    def __init__(self, attribute, description, equals=_MISSING, timeout=None):
+        self.attribute = attribute
+        self.path = attribute.split(".")
+        self.equals = equals
+        self.description = description
+        self.timeout = timeout
+
+    @classmethod
+    def parse(cls, index, table):
+        where = f"rules[{index}]"
+        if not isinstance(table, dict):
+            raise ConfigError(f"{where}: expected a table")
+        for key in table:
+            if key not in RULE_KEYS:
+                raise ConfigError(f"{where}.{key}: unknown key")
+        attribute = table.get("attribute")
+        if not isinstance(attribute, str) or not all(attribute.split(".")):
+            raise ConfigError(f"{where}.attribute: expected a dotted attribute path")
+        problem = description_error(table.get("description"))
+        if problem:
+            raise ConfigError(f"{where}.description: {problem}")
+        timeout = table.get("timeout")
+        if timeout is not None:
+            timeout = parse_duration(timeout, f"{where}.timeout")
+        return cls(attribute, table["description"], table.get("equals", _MISSING), timeout)
+
+    def matches(self, attributes):
+        value = attributes
+        for key in self.path:
+            if not isinstance(value, dict) or key not in value:
+                return False
+            value = value[key]
+        return self.equals is _MISSING or value == self.equals
+
+    def to_dict(self):
+        rule = {"attribute": self.attribute, "description": self.description}
+        if self.equals is not _MISSING:
+            rule["equals"] = self.equals
+        if self.timeout is not None:
+            rule["timeout"] = self.timeout
+        return rule
+
+
+def _parse_rules(value):
+    if not isinstance(value, list):
+        raise ConfigError("rules: expected an array of tables")
+    return tuple(Rule.parse(i, table) for i, table in enumerate(value))
+
+
+def _parse_bool(value, key):
+    if isinstance(value, bool):
+        return value
+    if value in ("true", "1", 1):
+        return True
+    if value in ("false", "0", 0):
+        return False
+    raise ConfigError(f"{key}: expected true or false")
+
+
 class Config:
     """Effective gate configuration."""
 
-    def __init__(self, timeout=None, max_holds=64, gone_limit=10000, fault=None):
+    def __init__(
+        self,
+        timeout=None,
+        max_holds=64,
+        gone_limit=10000,
+        annotate=True,
+        rules=(),
+        fault=None,
+    ):
         self.timeout = timeout
         self.max_holds = max_holds
         self.gone_limit = gone_limit
+        self.annotate = annotate
+        self.rules = rules
         self.fault = fault
 
     @classmethod
@@ -96,6 +177,10 @@ class Config:
             config.gone_limit = _parse_count(
                 merged["gone-limit"], "gone-limit", 0, 10_000_000
             )
+        if "annotate" in merged:
+            config.annotate = _parse_bool(merged["annotate"], "annotate")
+        if "rules" in merged:
+            config.rules = _parse_rules(merged["rules"])
         if "debug-fault" in merged:
             if merged["debug-fault"] not in FAULTS:
                 raise ConfigError(
@@ -110,6 +195,8 @@ class Config:
             "timeout": self.timeout,
             "max-holds": self.max_holds,
             "gone-limit": self.gone_limit,
+            "annotate": self.annotate,
+            "rules": [rule.to_dict() for rule in self.rules],
         }
         if self.fault:
             conf["debug-fault"] = self.fault

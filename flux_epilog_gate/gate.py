@@ -24,6 +24,8 @@ through a *port*, an object with these methods (the real one is
     ``stop()``
 ``send(sink, payload)``
     send one response to a watcher; returns False if the watcher is gone
+``annotate(id, text)``
+    show ``text`` (None: nothing) as the job's ``epilog_gate`` annotation
 ``log(level, text)``
     log a line (syslog levels)
 """
@@ -167,7 +169,20 @@ class Gate:
         if not job.recovering and (job.at_point or self._past_point(job, state)):
             job.at_point = True
             self._activate(hold)
+        self._annotate(job)
         return hold, True
+
+    def apply_rules(self, jobid, attributes):
+        """Register the holds that configured rules give a new job."""
+        for rule in self.config.rules:
+            if rule.matches(attributes):
+                try:
+                    self.hold(jobid, rule.description, rule.timeout)
+                except GateError as exc:
+                    self.port.log(
+                        syslog.LOG_ERR,
+                        f"{f58(jobid)}: rule {rule.attribute}: {exc.message}",
+                    )
 
     def release(self, jobid, description, status=0):
         """Release a hold; return ``(released, reason)``."""
@@ -406,9 +421,19 @@ class Gate:
 
     def _reach_point(self, job):
         job.at_point = True
+        activated = False
         for hold in list(job.holds.values()):
             if hold.state == PENDING:
                 self._activate(hold)
+                activated = True
+        if activated:
+            self._annotate(job)
+
+    def _annotate(self, job):
+        if not self.config.annotate:
+            return
+        text = " ".join(f"{h.description}:{h.state}" for h in job.holds.values())
+        self.port.annotate(job.id, text or None)
 
     def _activate(self, hold):
         self._post(hold.id, "epilog-start", {"description": hold.description})
@@ -435,6 +460,7 @@ class Gate:
         del job.holds[hold.description]
         self._stop_timer(hold)
         self.gone.add(job.id, hold.description, reason)
+        self._annotate(job)
         if not job.holds and not job.recovering:
             self._untrack(job)
         if hold.state == PENDING:

@@ -43,7 +43,9 @@ extern "Python" int gate_py_plugin (flux_plugin_t *p, int what,
 extern "Python" void gate_py_request (flux_t *h, flux_msg_handler_t *mh,
                                       const flux_msg_t *msg, void *arg);
 
-void gate_set_forward_new (int on);
+void gate_set_forward (int flags);
+#define GATE_FORWARD_NEW ...
+#define GATE_FORWARD_DEPEND ...
 int gate_seen_jobmanager (flux_plugin_t *p);
 int gate_mark (flux_plugin_t *p, flux_jobid_t id, int on);
 int gate_post (flux_plugin_t *p, flux_jobid_t id, const char *name,

@@ -42,6 +42,7 @@ enum gate_job_topic {
     GATE_JOB_CLEANUP = 1,
     GATE_JOB_INACTIVE = 2,
     GATE_JOB_EVENT = 3,
+    GATE_JOB_DEPEND = 4,
 };
 
 enum gate_plugin_topic {
@@ -49,11 +50,13 @@ enum gate_plugin_topic {
     GATE_PLUGIN_QUERY = 1,
 };
 
-/* Set from Python: when non-zero, every job.new is forwarded (recovery
- * after a load, or configured hold rules).  Otherwise only marked jobs
- * reach Python.
+/* Set from Python: GATE_FORWARD_NEW forwards every job.new (recovery
+ * after a load), GATE_FORWARD_DEPEND every job.state.depend (configured
+ * hold rules).  Otherwise only marked jobs reach Python.
  */
-static int gate_forward_new = 0;
+#define GATE_FORWARD_NEW 1
+#define GATE_FORWARD_DEPEND 2
+static int gate_forward = 0;
 static char gate_marker;
 
 /* Promote libpython to RTLD_GLOBAL.  The job-manager opened us (and so
@@ -180,7 +183,8 @@ static int gate_job_cb (flux_plugin_t *p,
     int state = 0;
     json_int_t userid = 0;
 
-    if (!(what == GATE_JOB_NEW && gate_forward_new)
+    if (!(what == GATE_JOB_NEW && (gate_forward & GATE_FORWARD_NEW))
+        && !(what == GATE_JOB_DEPEND && (gate_forward & GATE_FORWARD_DEPEND))
         && !flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX))
         return 0;
     if (flux_plugin_arg_unpack (args,
@@ -210,6 +214,7 @@ static void gate_unload (void *arg)
 
 static const struct flux_plugin_handler gate_handlers[] = {
     { "job.new", gate_job_cb, (void *)GATE_JOB_NEW },
+    { "job.state.depend", gate_job_cb, (void *)GATE_JOB_DEPEND },
     { "job.state.cleanup", gate_job_cb, (void *)GATE_JOB_CLEANUP },
     { "job.state.inactive", gate_job_cb, (void *)GATE_JOB_INACTIVE },
     { "job.event.*", gate_job_cb, (void *)GATE_JOB_EVENT },
@@ -230,7 +235,7 @@ int flux_plugin_init (flux_plugin_t *p)
      */
     if (flux_plugin_set_name (p, GATE_NAME) < 0)
         return -1;
-    gate_forward_new = 0;
+    gate_forward = 0;
     if (!python_started) {
         if (gate_locate (site, sizeof (site), prog, sizeof (prog)) < 0) {
             flux_log (h, LOG_ERR, "%s: cannot locate own library", GATE_NAME);
@@ -270,9 +275,9 @@ static int gate_seen_jobmanager (flux_plugin_t *p)
     return 0;
 }
 
-static void gate_set_forward_new (int on)
+static void gate_set_forward (int flags)
 {
-    gate_forward_new = on;
+    gate_forward = flags;
 }
 
 static int gate_mark (flux_plugin_t *p, flux_jobid_t id, int on)

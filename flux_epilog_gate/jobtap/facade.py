@@ -13,6 +13,7 @@ import time
 import traceback
 
 import flux
+import flux.constants
 from flux.core.inner import ffi as flux_ffi
 from flux.core.inner import raw
 from flux.eventlog import EventLogEvent
@@ -132,8 +133,21 @@ class Jobtap:
         lib.flux_jobtap_job_unsubscribe(self.p, jobid)
         lib.gate_mark(self.p, jobid, 0)
 
-    def forward_new(self, on):
-        lib.gate_set_forward_new(1 if on else 0)
+    def forward(self, new=False, depend=False):
+        """Forward every job.new / job.state.depend to Python, not only
+        those of tracked jobs."""
+        flags = (lib.GATE_FORWARD_NEW if new else 0) | (
+            lib.GATE_FORWARD_DEPEND if depend else 0
+        )
+        lib.gate_set_forward(flags)
+
+    def annotate(self, jobid, text):
+        # A volatile memo: shown by flux jobs, never written to the KVS.
+        self.flux.rpc(
+            "job-manager.memo",
+            {"id": jobid, "volatile": True, "memo": {"epilog_gate": text}},
+            flags=flux.constants.FLUX_RPC_NORESPONSE,
+        )
 
     # Reactor
 

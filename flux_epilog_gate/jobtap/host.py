@@ -23,7 +23,7 @@ from ._entry import ffi, lib
 from .facade import Jobtap, arg_in, arg_out, disconnect_match, request_cred
 from .facade import request_payload
 
-JOB_NEW, JOB_CLEANUP, JOB_INACTIVE, JOB_EVENT = range(4)
+JOB_NEW, JOB_CLEANUP, JOB_INACTIVE, JOB_EVENT, JOB_DEPEND = range(5)
 PLUGIN_CONF, PLUGIN_QUERY = range(2)
 
 #: RPC methods: (name, handler name, open to guests at the dispatcher)
@@ -37,6 +37,7 @@ class Host:
         self.jobtap = Jobtap(p)
         self.recovering = carried is None
         self.carried = carried
+        self._load_timer = None
         self.seen = set()
         if carried is not None:
             carried.port = self.jobtap
@@ -47,7 +48,7 @@ class Host:
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
         # fires only once that is done.
-        self.jobtap.forward_new(True)
+        self.jobtap.forward(new=True, depend=bool(self.gate.config.rules))
         self._load_timer = self.jobtap.timer(0.0, self._loaded)
 
     def _register(self):
@@ -60,10 +61,14 @@ class Host:
         if self.gate.config.fault == where:
             raise RuntimeError(f"debug-fault={where}: injected failure")
 
-    def job(self, what, topic, jobid, state, userid):
+    def job(self, what, topic, jobid, state, userid, args):
         self.fault("job")
         if what == JOB_NEW:
             self._on_new(jobid, state, userid)
+        elif what == JOB_DEPEND:
+            if self.gate.config.rules:
+                attributes = arg_in(args).get("jobspec", {}).get("attributes", {})
+                self.gate.apply_rules(jobid, attributes)
         elif what == JOB_CLEANUP:
             self.gate.on_cleanup(jobid)
         elif what == JOB_INACTIVE:
@@ -100,14 +105,17 @@ class Host:
             self.carried = None
         self.recovering = False
         self.seen = set()
-        self.jobtap.forward_new(False)
+        self.jobtap.forward(depend=bool(self.gate.config.rules))
 
     # Plugin callbacks
 
     def configure(self, args):
         conf = arg_in(args).get("conf") or {}
-        config = Config.from_sources(self.jobtap.load_options(), conf.get("epilog-gate"))
+        config = Config.from_sources(
+            self.jobtap.load_options(), conf.get("epilog-gate")
+        )
         self.gate.reconfigure(config)
+        self.jobtap.forward(new=self._load_timer is not None, depend=bool(config.rules))
 
     def query(self, args):
         self.fault("query")
@@ -241,7 +249,7 @@ def gate_py_unload(p):
 @ffi.def_extern(error=-1, onerror=_onerror)
 def gate_py_job(p, what, topic, jobid, state, userid, args):
     try:
-        _State.host.job(what, topic, jobid, state, userid)
+        _State.host.job(what, topic, jobid, state, userid, args)
     except Exception:
         _log_error(f"job {jobid}")
         return -1
