@@ -18,6 +18,7 @@ import build as plugin_build  # noqa: E402
 
 sys.path.pop(0)
 
+PTH = "flux_epilog_gate-flux.pth"
 BUILDINFO = '''"""Written by setup.py at build time."""
 
 FLUX_PYTHONPATH = {flux_pythonpath!r}
@@ -39,8 +40,14 @@ class BuildPlugin(Command):
     def run(self):
         outdir = os.path.join(self.build_lib, "flux_epilog_gate", "jobtap")
         plugin_build.compile_plugin(outdir)
-        with open(os.path.join(self.build_lib, "flux_epilog_gate", "_buildinfo.py"), "w") as f:
-            f.write(BUILDINFO.format(flux_pythonpath=plugin_build.flux_pythonpath()))
+        fluxpath = plugin_build.flux_pythonpath()
+        info = os.path.join(self.build_lib, "flux_epilog_gate", "_buildinfo.py")
+        with open(info, "w") as f:
+            f.write(BUILDINFO.format(flux_pythonpath=fluxpath))
+        # A .pth file at the top of site-packages makes flux-core's bindings
+        # importable in the environment, for the CLI and for services.
+        with open(os.path.join(self.build_lib, PTH), "w") as f:
+            f.write(fluxpath + "\n")
 
 
 class BuildPy(build_py):
