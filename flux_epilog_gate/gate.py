@@ -197,6 +197,8 @@ class Gate:
         """Return list entries of all holds, or of one job's; only those of
         ``userid``'s jobs when it is given."""
         if jobid is not None:
+            if jobid not in self.jobs:
+                self._job_info(jobid)  # unknown job: ENOENT
             jobs = [self.jobs[jobid]] if jobid in self.jobs else []
         else:
             jobs = self.jobs.values()
@@ -264,7 +266,16 @@ class Gate:
             state, _ = self.port.job_info(jobid)
         except OSError:
             state = INACTIVE
+        # What this job-manager did while the eventlog was being read is
+        # not necessarily in ``events``: keep it.
+        placeholder, fresh = job.placeholder, job.holds
+        job.holds = {}
         seen = self._replay(job, events)
+        job.placeholder = job.placeholder or placeholder
+        for description, hold in fresh.items():
+            if description not in job.holds:
+                job.holds[description] = hold
+                self.gone.discard(jobid, description)
         job.recovering = False
         if state in (RUN, CLEANUP) and seen:
             self.history[jobid] = seen
@@ -281,8 +292,6 @@ class Gate:
             self._post_finish(jobid, RECOVERY_DESCRIPTION, 0)
         if not job.holds:
             self._untrack(job)
-            if jobid in self.history:
-                self.port.track(jobid, events=False)
 
     # Reload into the same job-manager
 
@@ -293,15 +302,21 @@ class Gate:
                 self._stop_timer(hold)
 
     def retrack(self, jobid, state):
-        """job.new for a job the gate already knows, after a reload."""
+        """job.new for a job the gate already knows, after a reload.
+
+        Return True if the job's eventlog must be read (again): the
+        previous plugin instance was still recovering it."""
         job = self.jobs.get(jobid)
         if job is None:
             if jobid in self.history:
                 self.port.track(jobid, events=False)
-            return
+            return False
         self.port.track(jobid)
+        if job.recovering:
+            return True
         if not job.at_point and self._past_point(job, state):
             self._reach_point(job)
+        return False
 
     def resume(self, seen):
         """After a reload: jobs not ``seen`` went inactive meanwhile; the
@@ -327,7 +342,7 @@ class Gate:
             description = context.get("description")
             if name in PROGRESS_EVENTS:
                 seen.add(name)
-            elif name == HOLD_EVENT:
+            elif name == HOLD_EVENT and description not in job.holds:
                 hold = Hold(
                     job.id, description, job.userid, timestamp, context.get("timeout")
                 )
@@ -385,6 +400,9 @@ class Gate:
         if self.jobs.get(job.id) is job:
             del self.jobs[job.id]
             self.port.untrack(job.id)
+            if job.id in self.history:
+                # keep on_inactive() coming, so the history is dropped
+                self.port.track(job.id, events=False)
 
     def _posted(self, job, name):
         return name in self.history.get(job.id, ()) or self.port.posted(job.id, name)
@@ -467,7 +485,7 @@ class Gate:
             self.stats["cancelled"] += 1
             self._post_quietly(job.id, CANCEL_EVENT, {"description": hold.description})
             return
-        self.stats["timedout" if status == TIMEOUT_STATUS else "released"] += 1
+        self.stats["timedout" if reason == "timed out" else "released"] += 1
         if status != 0:
             self.stats["failed"] += 1
             self._raise(job.id, hold, status, reason)

@@ -75,9 +75,14 @@ class Jobtap:
         return wrapper
 
     def close(self):
-        """The plugin instance is gone: drop everything that refers to it."""
+        """The plugin instance is gone: drop everything that refers to it.
+
+        Our reference on the job-manager's handle is dropped now, while the
+        job-manager still holds its own, not whenever Python collects us.
+        """
         self.p = None
         self._lookups.clear()
+        self.flux.handle = None
 
     # Jobs
 

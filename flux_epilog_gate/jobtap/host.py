@@ -81,12 +81,16 @@ class Host:
             return
         self.seen.add(jobid)
         if self.carried is not None:
-            self.gate.retrack(jobid, state)
+            if self.gate.retrack(jobid, state):
+                self._recover(jobid)
         elif self.recovering:
             self.gate.begin_recovery(jobid, userid)
-            self.jobtap.read_eventlog(
-                jobid, lambda events, error: self._recovered(jobid, events, error)
-            )
+            self._recover(jobid)
+
+    def _recover(self, jobid):
+        self.jobtap.read_eventlog(
+            jobid, lambda events, error: self._recovered(jobid, events, error)
+        )
 
     def _recovered(self, jobid, events, error):
         if self.jobtap.p is None:

@@ -1,0 +1,199 @@
+"""A fake job-manager for unit tests of :class:`flux_epilog_gate.gate.Gate`.
+
+:class:`FakePort` implements the port interface documented in
+:mod:`flux_epilog_gate.gate` with no broker:
+
+- jobs are declared with :meth:`FakePort.add_job` and driven by the test
+  (:meth:`set_state`, :meth:`happen` for events the job-manager posts);
+- every event the gate posts, every ``epilog-finish`` and every exception
+  it raises is recorded per job, in order, as ``(name, context)``;
+  exceptions appear as ``("exception", {"note": ...})``;
+- the clock is fake and only moves with :meth:`advance`, which fires the
+  timers that come due, in deadline order;
+- ``send`` records watcher payloads per sink; :meth:`kill` makes a sink
+  dead, so ``send`` to it answers False;
+- :meth:`fail` makes one kind of post (or ``raise_exception``) raise
+  OSError, to check what the gate does when the job-manager refuses.
+"""
+
+import errno
+import os
+from collections import defaultdict
+
+from flux_epilog_gate.gate import SCHED
+
+#: ``fail()`` key that makes ``raise_exception`` fail.
+EXCEPTION = "exception"
+
+
+class FakeJob:
+    def __init__(self, state, userid, happened):
+        self.state = state
+        self.userid = userid
+        self.happened = set(happened)
+
+
+class FakeTimer:
+    """A timer of the fake reactor; ``stop()`` disarms it."""
+
+    def __init__(self, port, delay, callback):
+        self.port = port
+        self.delay = delay
+        self.deadline = port.clock + delay
+        self.callback = callback
+        self.stopped = False
+        self.fired = False
+
+    @property
+    def armed(self):
+        return not (self.stopped or self.fired)
+
+    def stop(self):
+        self.stopped = True
+
+    def fire(self):
+        self.fired = True
+        self.callback()
+
+    def __repr__(self):
+        return f"FakeTimer(delay={self.delay}, deadline={self.deadline})"
+
+
+class FakePort:
+    """The gate's port, faked.  See the module docstring."""
+
+    def __init__(self, clock=1_700_000_000.0):
+        self.clock = clock
+        self.jobs = {}
+        self.events = defaultdict(list)
+        self.tracked = {}
+        self.track_calls = []
+        self.timers = []
+        self.sent = defaultdict(list)
+        self.dead = set()
+        self.logs = []
+        self.annotations = {}
+        self.failures = {}
+
+    # Driving the fake from a test
+
+    def add_job(self, jobid, state=SCHED, userid=1000, happened=()):
+        """Declare a job; ``happened`` are events the job-manager already
+        posted to it (since it started)."""
+        self.jobs[jobid] = FakeJob(state, userid, happened)
+        return jobid
+
+    def set_state(self, jobid, state):
+        self.jobs[jobid].state = state
+
+    def happen(self, jobid, *names):
+        """The job-manager posts events ``names`` to the job."""
+        self.jobs[jobid].happened.update(names)
+
+    def forget_job(self, jobid):
+        """The job-manager no longer knows the job (job_info: ENOENT)."""
+        del self.jobs[jobid]
+
+    def advance(self, seconds):
+        """Move the clock on by ``seconds``, firing timers as they come due."""
+        target = self.clock + seconds
+        while True:
+            due = [t for t in self.timers if t.armed and t.deadline <= target]
+            if not due:
+                break
+            timer = min(due, key=lambda t: t.deadline)
+            self.clock = max(self.clock, timer.deadline)
+            timer.fire()
+        self.clock = target
+
+    def armed_timers(self):
+        return [t for t in self.timers if t.armed]
+
+    def kill(self, sink):
+        """The watcher behind ``sink`` disconnected."""
+        self.dead.add(sink)
+
+    def fail(self, name, errnum=errno.EIO):
+        """Make posting event ``name`` (or, with ``EXCEPTION``, raising a job
+        exception) fail with ``errnum``."""
+        self.failures[name] = errnum
+
+    def names(self, jobid):
+        """Names of what the gate posted to the job, in order."""
+        return [name for name, _ in self.events[jobid]]
+
+    def posted_by_gate(self, jobid, name):
+        """Contexts of the events ``name`` the gate posted to the job."""
+        return [context for n, context in self.events[jobid] if n == name]
+
+    def outstanding(self, jobid):
+        """Descriptions of epilog actions started but not finished: what
+        keeps the job-manager from posting ``clean``."""
+        open_ = []
+        for name, context in self.events[jobid]:
+            if name == "epilog-start":
+                open_.append(context["description"])
+            elif name == "epilog-finish":
+                open_.remove(context["description"])
+        return sorted(open_)
+
+    def notes(self, jobid):
+        return [context["note"] for context in self.posted_by_gate(jobid, EXCEPTION)]
+
+    # The port interface
+
+    def now(self):
+        return self.clock
+
+    def job_info(self, jobid):
+        job = self.jobs.get(jobid)
+        if job is None:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+        return job.state, job.userid
+
+    def posted(self, jobid, name):
+        job = self.jobs.get(jobid)
+        return bool(job and name in job.happened) or name in self.names(jobid)
+
+    def _maybe_fail(self, name):
+        errnum = self.failures.get(name)
+        if errnum is not None:
+            raise OSError(errnum, os.strerror(errnum))
+
+    def post(self, jobid, name, context):
+        self._maybe_fail(name)
+        self.events[jobid].append((name, dict(context)))
+
+    def epilog_finish(self, jobid, description, status):
+        self._maybe_fail("epilog-finish")
+        self.events[jobid].append(
+            ("epilog-finish", {"description": description, "status": status})
+        )
+
+    def raise_exception(self, jobid, note):
+        self._maybe_fail(EXCEPTION)
+        self.events[jobid].append((EXCEPTION, {"note": note}))
+
+    def track(self, jobid, events=True):
+        self.tracked[jobid] = events
+        self.track_calls.append((jobid, events))
+
+    def untrack(self, jobid):
+        self.tracked.pop(jobid, None)
+
+    def timer(self, delay, callback):
+        timer = FakeTimer(self, delay, callback)
+        self.timers.append(timer)
+        return timer
+
+    def send(self, sink, payload):
+        if sink in self.dead:
+            return False
+        self.sent[sink].append(payload)
+        return True
+
+    def log(self, level, text):
+        self.logs.append((level, text))
+
+    def annotate(self, jobid, text):
+        self.annotations[jobid] = text

@@ -1,0 +1,252 @@
+"""Unit tests of the configuration (flux_epilog_gate.config): durations,
+bad keys and values (ConfigError naming the key), and load options taking
+precedence over the [epilog-gate] table."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from flux_epilog_gate.config import (
+    FAULTS,
+    KEYS,
+    MAX_HOLDS_LIMIT,
+    Config,
+    ConfigError,
+    parse_duration,
+)
+
+# Durations
+
+
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        ("30", 30.0),
+        (30, 30.0),
+        (2.5, 2.5),
+        ("90s", 90.0),
+        ("10m", 600.0),
+        ("1.5h", 5400.0),
+        ("500ms", 0.5),
+        ("2d", 172800.0),
+        (" 10m ", 600.0),
+        ("0.25", 0.25),
+    ],
+)
+def test_duration_is_read_in_seconds(value, seconds):
+    assert parse_duration(value) == pytest.approx(seconds)
+
+
+def test_duration_is_a_float():
+    assert isinstance(parse_duration(30), float)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [0, 0.0, -1, "0", "-5m", "0ms", "", "m", "ms", "abc", "10x", "10 minutes"],
+)
+def test_duration_not_greater_than_zero_or_unreadable_is_refused(value):
+    with pytest.raises(ConfigError):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", float("inf"), float("nan")])
+def test_duration_that_is_not_finite_is_refused(value):
+    with pytest.raises(ConfigError):
+        parse_duration(value)
+
+
+@pytest.mark.parametrize("value", [True, None, [30], {"m": 10}])
+def test_duration_of_the_wrong_type_is_refused(value):
+    with pytest.raises(ConfigError, match="expected a duration"):
+        parse_duration(value)
+
+
+def test_bad_duration_error_names_the_key():
+    with pytest.raises(ConfigError, match=r"^timeout: 'soon' "):
+        parse_duration("soon", key="timeout")
+
+
+@given(
+    st.floats(min_value=0.001, max_value=1e6, allow_nan=False),
+    st.sampled_from([("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)]),
+)
+def test_duration_with_unit_is_number_times_unit(number, unit):
+    suffix, scale = unit
+    assert parse_duration(f"{number!r}{suffix}") == pytest.approx(number * scale)
+
+
+# Defaults
+
+
+def test_no_configuration_gives_the_defaults():
+    config = Config.from_sources(None, None)
+    assert config.to_dict() == {
+        "timeout": None,
+        "max-holds": 64,
+        "gone-limit": 10000,
+        "annotate": True,
+        "rules": [],
+    }
+
+
+def test_empty_options_and_table_give_the_defaults():
+    assert Config.from_sources({}, {}).to_dict() == Config().to_dict()
+
+
+# Keys and values
+
+
+def test_timeout_is_read_as_a_duration():
+    assert Config.from_sources({"timeout": "10m"}).timeout == 600.0
+
+
+def test_max_holds_is_read_as_an_integer():
+    assert Config.from_sources({"max-holds": 8}).max_holds == 8
+
+
+def test_max_holds_given_as_a_digit_string_is_read_as_an_integer():
+    assert Config.from_sources({"max-holds": "8"}).max_holds == 8
+
+
+def test_gone_limit_may_be_zero():
+    assert Config.from_sources({"gone-limit": 0}).gone_limit == 0
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_debug_fault_accepts_each_entry_point(fault):
+    config = Config.from_sources({"debug-fault": fault})
+    assert config.fault == fault and config.to_dict()["debug-fault"] == fault
+
+
+def test_unknown_option_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^timout: unknown option key"):
+        Config.from_sources({"timout": 30})
+
+
+def test_unknown_table_key_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^maxholds: unknown \[epilog-gate\] key"):
+        Config.from_sources(None, {"maxholds": 3})
+
+
+def test_unknown_key_error_lists_the_known_keys():
+    with pytest.raises(ConfigError) as info:
+        Config.from_sources({"bogus": 1})
+    assert all(key in str(info.value) for key in KEYS)
+
+
+@pytest.mark.parametrize("table", ["timeout=30", 30, ["timeout"]])
+def test_table_that_is_not_a_table_is_refused(table):
+    with pytest.raises(ConfigError, match=r"^\[epilog-gate\]: expected a table"):
+        Config.from_sources(None, table)
+
+
+def test_options_that_are_not_a_table_are_refused():
+    with pytest.raises(ConfigError, match=r"^option: expected a table"):
+        Config.from_sources(["timeout"], None)
+
+
+@pytest.mark.parametrize("value", [0, -1, "never", True])
+def test_bad_timeout_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^timeout: "):
+        Config.from_sources({"timeout": value})
+
+
+@pytest.mark.parametrize("value", [0, -1, MAX_HOLDS_LIMIT + 1, 256])
+def test_max_holds_out_of_range_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^max-holds: .* is not between"):
+        Config.from_sources({"max-holds": value})
+
+
+def test_max_holds_limit_itself_is_accepted():
+    config = Config.from_sources({"max-holds": MAX_HOLDS_LIMIT})
+    assert config.max_holds == MAX_HOLDS_LIMIT
+
+
+@pytest.mark.parametrize("value", ["many", 2.5, True, None, "-1", [3]])
+def test_max_holds_that_is_not_an_integer_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^max-holds: expected an integer"):
+        Config.from_sources({"max-holds": value})
+
+
+@pytest.mark.parametrize("value", [-1, "lots", 1.5])
+def test_bad_gone_limit_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^gone-limit: "):
+        Config.from_sources(None, {"gone-limit": value})
+
+
+def test_unknown_debug_fault_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^debug-fault: 'everywhere' is not one"):
+        Config.from_sources({"debug-fault": "everywhere"})
+
+
+def test_bad_table_value_is_refused_naming_the_key():
+    with pytest.raises(ConfigError, match=r"^timeout: "):
+        Config.from_sources({"max-holds": 4}, {"timeout": "soon"})
+
+
+@given(st.integers(min_value=-1000, max_value=1000))
+def test_max_holds_is_accepted_exactly_between_1_and_the_limit(value):
+    if 1 <= value <= MAX_HOLDS_LIMIT:
+        assert Config.from_sources({"max-holds": value}).max_holds == value
+    else:
+        with pytest.raises(ConfigError, match=r"^max-holds: "):
+            Config.from_sources({"max-holds": value})
+
+
+# Precedence
+
+
+def test_table_value_applies_when_no_option_is_given():
+    config = Config.from_sources({}, {"timeout": "5m"})
+    assert config.timeout == 300.0
+
+
+def test_option_takes_precedence_over_the_table():
+    config = Config.from_sources({"timeout": 30}, {"timeout": "5m"})
+    assert config.timeout == 30.0
+
+
+def test_option_and_table_keys_combine():
+    config = Config.from_sources({"max-holds": 4}, {"timeout": "5m"})
+    assert (config.max_holds, config.timeout) == (4, 300.0)
+
+
+def test_every_key_given_as_option_overrides_the_table():
+    table = {"timeout": 10, "max-holds": 2, "gone-limit": 5}
+    options = {"timeout": 20, "max-holds": 3, "gone-limit": 6}
+    config = Config.from_sources(options, table)
+    assert (config.timeout, config.max_holds, config.gone_limit) == (20.0, 3, 6)
+
+
+def test_rules_are_read_from_the_table():
+    config = Config.from_sources(
+        None, {"rules": [{"attribute": "system.bb", "description": "bb", "timeout": "5m"}]}
+    )
+    assert [rule.to_dict() for rule in config.rules] == [
+        {"attribute": "system.bb", "description": "bb", "timeout": 300.0}
+    ]
+
+
+@pytest.mark.parametrize(
+    "rules, key",
+    [
+        ({"attribute": "a"}, "rules"),
+        ([{"description": "bb"}], "rules[0].attribute"),
+        ([{"attribute": "a..b", "description": "bb"}], "rules[0].attribute"),
+        ([{"attribute": "a", "description": "b b"}], "rules[0].description"),
+        ([{"attribute": "a", "description": "bb", "timeout": 0}], "rules[0].timeout"),
+        ([{"attribute": "a", "description": "bb", "color": 1}], "rules[0].color"),
+    ],
+)
+def test_bad_rule_names_its_key(rules, key):
+    with pytest.raises(ConfigError) as exc:
+        Config.from_sources(None, {"rules": rules})
+    assert str(exc.value).startswith(key)
+
+
+def test_annotate_accepts_booleans_and_words():
+    assert Config.from_sources({"annotate": "false"}).annotate is False
+    assert Config.from_sources({"annotate": True}).annotate is True
+    with pytest.raises(ConfigError, match="^annotate"):
+        Config.from_sources({"annotate": "maybe"})
