@@ -22,8 +22,18 @@ from flux_epilog_gate import plugin_path
 from flux_epilog_gate.testing import Instance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SHOWN = ("submit", "alloc", "start", "finish", "exception", "epilog-gate-hold",
-         "epilog-start", "epilog-finish", "free", "clean")
+SHOWN = (
+    "submit",
+    "alloc",
+    "start",
+    "finish",
+    "exception",
+    "epilog-gate-hold",
+    "epilog-start",
+    "epilog-finish",
+    "free",
+    "clean",
+)
 
 
 def bb_job(handle, run_duration=None, urgency=16):
@@ -49,8 +59,14 @@ def main():
     with Instance(cores=4, plugin=plugin_path()) as inst:
         print(f"flux instance up ({inst.uri}), epilog-gate loaded")
         service = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "bb_service.py"),
-             "--root", root, "--count", "2"],
+            [
+                sys.executable,
+                os.path.join(HERE, "bb_service.py"),
+                "--root",
+                root,
+                "--count",
+                "2",
+            ],
             env=inst.env,
         )
         time.sleep(1.0)

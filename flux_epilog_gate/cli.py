@@ -41,9 +41,7 @@ def cmd_hold(args):
 
 
 def cmd_release(args):
-    answer = EpilogGate(flux.Flux()).release(
-        args.jobid, args.description, args.status
-    )
+    answer = EpilogGate(flux.Flux()).release(args.jobid, args.description, args.status)
     if not answer["released"]:
         print(
             f"{PROG}: {args.jobid.f58} {args.description}: "
@@ -61,8 +59,10 @@ def cmd_list(args):
     if args.json:
         print(json.dumps(holds))
         return
-    print(f"{'JOBID':<14} {'DESCRIPTION':<24} {'STATE':<8} {'USER':>6} "
-          f"{'HELD':>8} {'ACTIVE':>8} {'TIMEOUT':>8}")
+    print(
+        f"{'JOBID':<14} {'DESCRIPTION':<24} {'STATE':<8} {'USER':>6} "
+        f"{'HELD':>8} {'ACTIVE':>8} {'TIMEOUT':>8}"
+    )
     for hold in sorted(holds, key=lambda h: (h["id"], h["description"])):
         active = _age(hold["t_start"]) if "t_start" in hold else "-"
         timeout = f"{hold['timeout']:g}s" if "timeout" in hold else "-"
@@ -102,16 +102,26 @@ def parser():
     p = sub.add_parser("hold", help="register a hold on a job")
     p.add_argument("jobid", type=jobid)
     p.add_argument("description")
-    p.add_argument("-t", "--timeout", type=float, metavar="SECONDS",
-                   help="finish the hold with a failure after SECONDS active")
+    p.add_argument(
+        "-t",
+        "--timeout",
+        type=float,
+        metavar="SECONDS",
+        help="finish the hold with a failure after SECONDS active",
+    )
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_hold)
 
     p = sub.add_parser("release", help="release a hold")
     p.add_argument("jobid", type=jobid)
     p.add_argument("description")
-    p.add_argument("-s", "--status", type=int, default=0,
-                   help="status of the cleanup (non-zero raises an exception)")
+    p.add_argument(
+        "-s",
+        "--status",
+        type=int,
+        default=0,
+        help="status of the cleanup (non-zero raises an exception)",
+    )
     p.set_defaults(func=cmd_release)
 
     p = sub.add_parser("list", help="list holds")
@@ -122,8 +132,7 @@ def parser():
     p = sub.add_parser("watch", help="print holds as they become active")
     p.add_argument("descriptions", nargs="*", metavar="DESCRIPTION")
     p.add_argument("--json", action="store_true", help="print JSON lines")
-    p.add_argument("-c", "--count", type=int, metavar="N",
-                   help="exit after N holds")
+    p.add_argument("-c", "--count", type=int, metavar="N", help="exit after N holds")
     p.set_defaults(func=cmd_watch)
     return top
 

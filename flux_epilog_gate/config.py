@@ -96,7 +96,9 @@ class Rule:
         timeout = table.get("timeout")
         if timeout is not None:
             timeout = parse_duration(timeout, f"{where}.timeout")
-        return cls(attribute, table["description"], table.get("equals", _MISSING), timeout)
+        return cls(
+            attribute, table["description"], table.get("equals", _MISSING), timeout
+        )
 
     def matches(self, attributes):
         value = attributes

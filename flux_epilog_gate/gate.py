@@ -115,9 +115,9 @@ class Watcher:
         self.userid = userid
 
     def wants(self, hold):
-        return (self.descriptions is None or hold.description in self.descriptions) and (
-            self.userid is None or self.userid == hold.userid
-        )
+        return (
+            self.descriptions is None or hold.description in self.descriptions
+        ) and (self.userid is None or self.userid == hold.userid)
 
 
 class Gate:
@@ -492,10 +492,11 @@ class Gate:
         self._post_finish(job.id, hold.description, status)
 
     def _raise(self, jobid, hold, status, reason):
+        what = f"epilog-gate: hold {hold.description}"
         if reason == "timed out":
-            note = f"epilog-gate: hold {hold.description} timed out after {hold.timeout:g}s"
+            note = f"{what} timed out after {hold.timeout:g}s"
         else:
-            note = f"epilog-gate: hold {hold.description} {reason} with status {status}"
+            note = f"{what} {reason} with status {status}"
         try:
             self.port.raise_exception(jobid, note)
         except OSError as exc:

@@ -97,9 +97,16 @@ class Instance:
         if not os.path.exists(path):
             ranks = f"0-{self.size - 1}" if self.size > 1 else "0"
             out = subprocess.run(
-                [flux_command(), "R", "encode", f"--ranks={ranks}",
-                 f"--cores=0-{self.cores - 1}"],
-                check=True, capture_output=True, text=True,
+                [
+                    flux_command(),
+                    "R",
+                    "encode",
+                    f"--ranks={ranks}",
+                    f"--cores=0-{self.cores - 1}",
+                ],
+                check=True,
+                capture_output=True,
+                text=True,
             ).stdout
             with open(path, "w") as f:
                 f.write(out)
@@ -119,18 +126,24 @@ class Instance:
         if os.path.exists(urifile):
             os.unlink(urifile)
         cmd = [
-            flux_command(), "start",
+            flux_command(),
+            "start",
             f"--test-size={self.size}",
             f"--config-path={self.confdir}",
             f"-Sstatedir={self.statedir}",
-            "sh", "-c", f'echo "$FLUX_URI" >{urifile}.tmp && '
+            "sh",
+            "-c",
+            f'echo "$FLUX_URI" >{urifile}.tmp && '
             f"mv {urifile}.tmp {urifile} && exec sleep 1000000",
         ]
         log = open(os.path.join(self.tmpdir, "broker.log"), "ab")
         env = dict(os.environ, **self.extra_env)
         env.pop("FLUX_URI", None)
         self.proc = subprocess.Popen(
-            cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
             start_new_session=True,
         )
         log.close()
@@ -157,8 +170,12 @@ class Instance:
         process (stdout and stderr as text)."""
         return subprocess.run(
             [flux_command(), *args],
-            env=self.env, capture_output=True, text=True,
-            check=check, input=input, timeout=timeout,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=check,
+            input=input,
+            timeout=timeout,
         )
 
     def alive(self):

@@ -251,7 +251,12 @@ def arg_in(args):
 
 def arg_out(args, value):
     """Set the OUT arguments of a jobtap callback."""
-    if lib.flux_plugin_arg_set(args, lib.FLUX_PLUGIN_ARG_OUT, json.dumps(value).encode()) < 0:
+    if (
+        lib.flux_plugin_arg_set(
+            args, lib.FLUX_PLUGIN_ARG_OUT, json.dumps(value).encode()
+        )
+        < 0
+    ):
         raise _oserror()
 
 

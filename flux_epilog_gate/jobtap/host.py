@@ -20,8 +20,14 @@ from ..config import Config, ConfigError
 from ..errors import GateError
 from ..gate import NEW, Gate
 from ._entry import ffi, lib
-from .facade import Jobtap, arg_in, arg_out, disconnect_match, request_cred
-from .facade import request_payload
+from .facade import (
+    Jobtap,
+    arg_in,
+    arg_out,
+    disconnect_match,
+    request_cred,
+    request_payload,
+)
 
 JOB_NEW, JOB_CLEANUP, JOB_INACTIVE, JOB_EVENT, JOB_DEPEND = range(5)
 PLUGIN_CONF, PLUGIN_QUERY = range(2)
