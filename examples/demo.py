@@ -28,7 +28,7 @@ SHOWN = (
     "start",
     "finish",
     "exception",
-    "epilog-gate-hold",
+    "epilog_gate.hold",
     "epilog-start",
     "epilog-finish",
     "free",

@@ -19,8 +19,10 @@ EXCEPTION_TYPE = "epilog"
 EXCEPTION_SEVERITY = 1
 
 #: Events the gate posts to a job's eventlog so that holds are durable.
-HOLD_EVENT = "epilog-gate-hold"
-CANCEL_EVENT = "epilog-gate-cancel"
+#: (Names must not start with "epilog-" or "prolog-": the job-manager takes
+#: those for perilog actions.)
+HOLD_EVENT = "epilog_gate.hold"
+CANCEL_EVENT = "epilog_gate.cancel"
 
 #: Description of the gate's own short-lived epilog action that keeps a
 #: job from going inactive while its holds are being recovered.  The ':'

@@ -77,3 +77,43 @@ def settle(handle, jobid, name, seconds=0.5):
 def set_urgency(handle, jobid, urgency):
     """Change a job's urgency (0 holds it in PRIORITY/SCHED, 16 releases)."""
     handle.rpc("job-manager.urgency", {"id": int(jobid), "urgency": urgency}).get()
+
+
+def submit_cores(handle, cores, duration=None, urgency=None):
+    """Submit a one-task job that needs ``cores`` cores (else as submit)."""
+    spec = JobspecV1.from_command(["true"], num_tasks=1, cores_per_task=cores)
+    if duration is not None:
+        spec.setattr(SIM, f"{duration}s")
+    kwargs = {} if urgency is None else {"urgency": urgency}
+    return flux.job.submit(handle, spec, **kwargs)
+
+
+def named(events, name, description=None):
+    """The events called ``name`` (for ``description``, if given)."""
+    return [
+        event
+        for event in events
+        if event.name == name
+        and (description is None or event.context.get("description") == description)
+    ]
+
+
+def dmesg(instance, text):
+    """Lines of the instance's log that contain ``text``."""
+    return [line for line in instance.flux("dmesg").stdout.splitlines() if text in line]
+
+
+def release_all(gate):
+    """Release every hold the gate lists (so a failed test leaves no job
+    that would keep the instance from shutting down)."""
+    for hold in gate.list():
+        gate.release(hold["id"], hold["description"])
+
+
+def wait_alloc_pending(handle, count=1, timeout=15.0):
+    """Wait until ``count`` alloc requests are pending to the scheduler."""
+    deadline = time.time() + timeout
+    while handle.rpc("job-manager.alloc-query").get()["alloc_pending"] != count:
+        if time.time() > deadline:
+            raise TimeoutError(f"{count} alloc requests not pending in {timeout}s")
+        time.sleep(0.02)

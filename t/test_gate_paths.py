@@ -1,7 +1,44 @@
 """The gate on every path a job can take to clean, proved by eventlogs."""
 
 import flux.job
-from jobs import eventlog, names, set_urgency, settle, submit, wait_event, wait_inactive
+import pytest
+from jobs import (
+    eventlog,
+    named,
+    names,
+    release_all,
+    set_urgency,
+    settle,
+    submit,
+    submit_cores,
+    wait_alloc_pending,
+    wait_event,
+    wait_inactive,
+)
+
+from flux_epilog_gate.holds import CANCEL_EVENT, HOLD_EVENT
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_holds(gate):
+    yield
+    release_all(gate)
+
+
+def cancel_held(handle, gate, *descriptions):
+    """A job cancelled while pending that carries holds ``descriptions``,
+    all of them active (epilog-start posted)."""
+    jobid = submit(handle, urgency=0)
+    for description in descriptions:
+        gate.hold(jobid, description)
+    flux.job.cancel(handle, jobid)
+    for description in descriptions:
+        wait_event(handle, jobid, "epilog-start", match=by(description))
+    return jobid
+
+
+def by(description):
+    return lambda context: context.get("description") == description
 
 
 def test_cancel_while_pending_is_held_until_release(handle, gate):
@@ -16,6 +53,40 @@ def test_cancel_while_pending_is_held_until_release(handle, gate):
     assert events.index("epilog-finish") < events.index("clean")
 
 
+def test_exception_during_alloc_activates_hold_on_cleanup(handle, gate):
+    blocker = submit_cores(handle, 64, duration=60)
+    wait_event(handle, blocker, "alloc")
+    try:
+        jobid = submit_cores(handle, 64)
+        wait_alloc_pending(handle)
+        gate.hold(jobid, "bb")
+        flux.job.job_raise(handle, jobid, "test", 0, "fail during alloc")
+        wait_event(handle, jobid, "epilog-start")
+        events = names(settle(handle, jobid, "clean"))
+        assert "alloc" not in events and "clean" not in events
+        assert events.index("exception") < events.index("epilog-start")
+        gate.release(jobid, "bb")
+        wait_inactive(handle, jobid)
+    finally:
+        flux.job.cancel(handle, blocker)
+        wait_inactive(handle, blocker)
+
+
+def test_cancel_while_running_activates_hold_after_finish(handle, gate):
+    jobid = submit(handle, duration=60)
+    wait_event(handle, jobid, "start")
+    assert gate.hold(jobid, "bb")["state"] == "pending"
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "epilog-start")
+    events = names(settle(handle, jobid, "clean"))
+    assert events.index("finish") < events.index("epilog-start")
+    assert "free" not in events and "clean" not in events
+    gate.release(jobid, "bb")
+    wait_inactive(handle, jobid)
+    events = names(eventlog(handle, jobid))
+    assert events.index("epilog-finish") < events.index("free")
+
+
 def test_normal_job_activates_hold_on_finish(handle, gate):
     jobid = submit(handle, urgency=0, duration=0.1)
     gate.hold(jobid, "teardown")
@@ -25,4 +96,55 @@ def test_normal_job_activates_hold_on_finish(handle, gate):
     assert events.index("finish") < events.index("epilog-start")
     assert "free" not in events and "clean" not in events
     gate.release(jobid, "teardown")
+    wait_inactive(handle, jobid)
+
+
+def test_two_holds_each_get_epilog_events_and_clean_waits_for_last(handle, gate):
+    jobid = cancel_held(handle, gate, "bb", "unmount")
+    gate.release(jobid, "bb")
+    wait_event(handle, jobid, "epilog-finish", match=by("bb"))
+    assert "clean" not in names(settle(handle, jobid, "clean"))
+    gate.release(jobid, "unmount")
+    wait_inactive(handle, jobid)
+    events = eventlog(handle, jobid)
+    for description in ("bb", "unmount"):
+        assert len(named(events, "epilog-start", description)) == 1
+        assert len(named(events, "epilog-finish", description)) == 1
+    assert names(events)[-1] == "clean"
+
+
+def test_releasing_pending_hold_cancels_it_without_epilog_events(handle, gate):
+    jobid = submit(handle, urgency=0)
+    gate.hold(jobid, "bb")
+    assert gate.release(jobid, "bb") == {"released": True}
+    assert gate.list(jobid) == []
+    flux.job.cancel(handle, jobid)
+    wait_inactive(handle, jobid)  # nothing holds it any more
+    events = eventlog(handle, jobid)
+    assert len(named(events, CANCEL_EVENT, "bb")) == 1
+    assert not named(events, "epilog-start") and not named(events, "epilog-finish")
+
+
+def test_hold_after_epilog_point_is_active_at_once(handle, gate):
+    jobid = cancel_held(handle, gate, "bb")
+    assert gate.hold(jobid, "late")["state"] == "active"
+    wait_event(handle, jobid, "epilog-start", match=by("late"))
+    gate.release(jobid, "bb")
+    wait_event(handle, jobid, "epilog-finish", match=by("bb"))
+    assert "clean" not in names(settle(handle, jobid, "clean"))
+    gate.release(jobid, "late")
+    wait_inactive(handle, jobid)
+
+
+def test_holding_twice_answers_existing_hold_with_one_event(handle, gate):
+    jobid = submit(handle, urgency=0)
+    first = gate.hold(jobid, "bb")
+    assert gate.hold(jobid, "bb") == first
+    assert len(gate.list(jobid)) == 1
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "epilog-start")  # committed after any hold event
+    events = eventlog(handle, jobid)
+    assert len(named(events, HOLD_EVENT, "bb")) == 1
+    assert len(named(events, "epilog-start", "bb")) == 1
+    gate.release(jobid, "bb")
     wait_inactive(handle, jobid)

@@ -1,0 +1,165 @@
+"""Bad requests: an errno, a message that names the problem, and nothing
+changed (the holds listed and the job's eventlog are as before)."""
+
+import errno
+
+import flux.job
+import pytest
+from jobs import eventlog, names, release_all, submit, wait_event, wait_inactive
+
+from flux_epilog_gate.holds import HOLD_EVENT
+
+HOLD = "job-manager.epilog-gate.hold"
+RELEASE = "job-manager.epilog-gate.release"
+UNKNOWN_JOB = 1  # never a real job id (FLUIDs carry a timestamp)
+
+
+@pytest.fixture(autouse=True)
+def no_leftover_holds(gate):
+    yield
+    release_all(gate)
+
+
+@pytest.fixture
+def held(handle, gate):
+    """A pending job holding "bb"; cancelled (and so cleaned) afterwards."""
+    jobid = submit(handle, urgency=0)
+    gate.hold(jobid, "bb")
+    yield jobid
+    try:
+        flux.job.cancel(handle, jobid)
+    except OSError:
+        pass  # already cancelled by the test
+    release_all(gate)
+    wait_inactive(handle, jobid)
+
+
+def refused(request, errnum, *words):
+    """Run ``request()``; assert it fails with ``errnum`` and a message
+    containing ``words``."""
+    with pytest.raises(OSError) as info:
+        request()
+    assert info.value.errno == errnum, info.value.strerror
+    for word in words:
+        assert word in info.value.strerror
+
+
+def assert_unchanged(handle, gate, jobid, holds, events):
+    """The holds listed are ``holds``; the job's eventlog up to its
+    cancellation (committed after anything the request might have posted)
+    is ``events``."""
+    assert gate.list() == holds
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "exception")
+    now = names(eventlog(handle, jobid))
+    assert now[: now.index("exception")] == events
+
+
+def snapshot(handle, gate, jobid):
+    wait_event(handle, jobid, HOLD_EVENT)
+    return gate.list(), names(eventlog(handle, jobid))
+
+
+def test_hold_on_unknown_job_is_enoent(gate):
+    before = gate.list()
+    refused(lambda: gate.hold(UNKNOWN_JOB, "bb"), errno.ENOENT, "unknown job")
+    assert gate.list() == before
+
+
+def test_release_on_unknown_job_is_enoent(gate):
+    refused(lambda: gate.release(UNKNOWN_JOB, "bb"), errno.ENOENT, "unknown job")
+
+
+def test_release_of_description_not_held_is_enoent_naming_holds(handle, gate, held):
+    before = snapshot(handle, gate, held)
+    refused(lambda: gate.release(held, "other"), errno.ENOENT, "other", "bb")
+    assert_unchanged(handle, gate, held, *before)
+
+
+def test_hold_on_inactive_job_is_enoent(handle, gate):
+    jobid = submit(handle)
+    wait_inactive(handle, jobid)
+    refused(lambda: gate.hold(jobid, "bb"), errno.ENOENT, "inactive")
+    assert gate.list(jobid) == []
+    assert HOLD_EVENT not in names(eventlog(handle, jobid))
+
+
+MALFORMED = [
+    pytest.param(lambda j: "[]", "JSON object", id="array"),
+    pytest.param(lambda j: "42", "JSON object", id="number"),
+    pytest.param(lambda j: None, "JSON object", id="no-payload"),
+    pytest.param(lambda j: "{", "malformed", id="bad-json"),
+    pytest.param(lambda j: {"description": "new"}, "missing key 'id'", id="no-id"),
+    pytest.param(
+        lambda j: {"id": str(j), "description": "new"}, "id must be", id="id-string"
+    ),
+    pytest.param(
+        lambda j: {"id": j, "description": "new", "color": 1},
+        "unknown key 'color'",
+        id="unknown-key",
+    ),
+    pytest.param(
+        lambda j: {"id": j, "description": 7}, "description must be", id="desc-int"
+    ),
+    pytest.param(
+        lambda j: {"id": j, "description": "new", "timeout": "10"},
+        "timeout must be",
+        id="timeout-string",
+    ),
+]
+
+
+@pytest.mark.parametrize("payload, words", MALFORMED)
+def test_malformed_hold_is_eproto(handle, gate, held, payload, words):
+    before = snapshot(handle, gate, held)
+    refused(lambda: handle.rpc(HOLD, payload(held)).get(), errno.EPROTO, words)
+    assert_unchanged(handle, gate, held, *before)
+
+
+def test_malformed_release_is_eproto_and_keeps_hold(handle, gate, held):
+    before = snapshot(handle, gate, held)
+    payload = {"id": held, "description": "bb", "status": "1"}
+    refused(lambda: handle.rpc(RELEASE, payload).get(), errno.EPROTO, "status")
+    assert_unchanged(handle, gate, held, *before)
+
+
+BAD_VALUES = [
+    pytest.param({"description": ""}, "empty", id="desc-empty"),
+    pytest.param({"description": "x" * 65}, "64", id="desc-65-chars"),
+    pytest.param({"description": "b/b"}, "b/b", id="desc-slash"),
+    pytest.param({"description": "b b"}, "b b", id="desc-space"),
+    pytest.param({"id": -1}, "-1", id="id-negative"),
+    pytest.param({"timeout": 0}, "timeout", id="timeout-zero"),
+    pytest.param({"timeout": -5}, "timeout", id="timeout-negative"),
+]
+
+
+@pytest.mark.parametrize("change, words", BAD_VALUES)
+def test_bad_hold_value_is_einval(handle, gate, held, change, words):
+    before = snapshot(handle, gate, held)
+    payload = dict({"id": held, "description": "new"}, **change)
+    refused(lambda: handle.rpc(HOLD, payload).get(), errno.EINVAL, words)
+    assert_unchanged(handle, gate, held, *before)
+
+
+def test_description_of_64_chars_is_accepted(gate, held):
+    assert gate.hold(held, "x" * 64)["state"] == "pending"
+
+
+def test_release_after_release_answers_not_released(handle, gate):
+    jobid = submit(handle, urgency=0)
+    gate.hold(jobid, "bb")
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "epilog-start")
+    assert gate.release(jobid, "bb") == {"released": True}
+    again = gate.release(jobid, "bb")
+    assert again["released"] is False and "released" in again["reason"]
+    wait_inactive(handle, jobid)
+    assert names(eventlog(handle, jobid)).count("epilog-finish") == 1
+
+
+def test_release_on_inactive_job_answers_not_released(handle, gate):
+    jobid = submit(handle)
+    wait_inactive(handle, jobid)
+    answer = gate.release(jobid, "bb")
+    assert answer["released"] is False and "inactive" in answer["reason"]
