@@ -1,0 +1,82 @@
+"""Configuration: hold rules from the [epilog-gate] table, config reload,
+loading from [job-manager] plugins."""
+
+import json
+
+import flux.job
+import pytest
+from jobs import eventlog, names, submit, wait_event, wait_inactive
+
+from flux_epilog_gate import EpilogGate
+
+RULES = """
+[[epilog-gate.rules]]
+attribute = "system.bb"
+description = "bb"
+timeout = "1m"
+"""
+
+
+def query(inst):
+    return json.loads(inst.flux("jobtap", "query", "epilog-gate.so").stdout)
+
+
+def reload_config(inst, text):
+    """Replace the instance's own config text and reload it."""
+    inst.config = text
+    inst.write_config()
+    return inst.flux("config", "reload", check=False)
+
+
+@pytest.fixture
+def ruled(new_instance):
+    return new_instance(config=RULES)
+
+
+def test_plugin_loaded_from_job_manager_plugins_config(instance):
+    assert "epilog-gate.so" in instance.flux("jobtap", "list").stdout.split()
+
+
+def test_rule_holds_a_matching_job_from_submit(ruled):
+    handle = ruled.handle()
+    jobid = submit(handle, urgency=0, **{"system.bb": {"size": 1}})
+    wait_event(handle, jobid, "epilog_gate.hold")
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "epilog-start")
+    hold = EpilogGate(handle).list(jobid)[0]
+    assert (hold["description"], hold["timeout"]) == ("bb", 60.0)
+    EpilogGate(handle).release(jobid, "bb")
+    wait_inactive(handle, jobid)
+
+
+def test_rule_leaves_other_jobs_alone(ruled):
+    handle = ruled.handle()
+    jobid = submit(handle)
+    wait_inactive(handle, jobid)
+    assert "epilog_gate.hold" not in names(eventlog(handle, jobid))
+
+
+def test_config_reload_applies_new_rules(new_instance):
+    inst = new_instance()
+    assert reload_config(inst, RULES).returncode == 0
+    assert query(inst)["config"]["rules"][0]["description"] == "bb"
+    handle = inst.handle()
+    jobid = submit(handle, urgency=0, **{"system.bb": 1})
+    wait_event(handle, jobid, "epilog_gate.hold")
+    EpilogGate(handle).release(jobid, "bb")
+    flux.job.cancel(handle, jobid)
+    wait_inactive(handle, jobid)
+
+
+def test_bad_rule_fails_reload_naming_key_and_keeps_old_rules(ruled):
+    bad = RULES.replace('description = "bb"', 'description = "b b"')
+    result = reload_config(ruled, bad)
+    assert result.returncode != 0
+    assert "rules[0].description" in result.stderr
+    assert query(ruled)["config"]["rules"][0]["description"] == "bb"
+
+
+def test_config_reload_changes_default_timeout(new_instance):
+    inst = new_instance()
+    assert reload_config(inst, "[epilog-gate]\ntimeout = '90s'\n").returncode == 0
+    assert query(inst)["config"]["timeout"] == 90.0
