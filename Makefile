@@ -36,11 +36,11 @@ pytest: install
 	$(BIN)/pytest t
 
 sharness: install
-	PATH="$(CURDIR)/$(BIN):$$PATH" sharness/run-all
+	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
 check: install
 	$(BIN)/pytest t
-	PATH="$(CURDIR)/$(BIN):$$PATH" sharness/run-all
+	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
 bench: install
 	$(BIN)/python bench/run.py

@@ -6,6 +6,7 @@ every request, so this only parses arguments and prints answers.
 """
 
 import argparse
+import errno
 import json
 import sys
 import time
@@ -143,6 +144,11 @@ def main(argv=None):
         args.func(args)
     except OSError as exc:
         print(f"{PROG}: {exc.strerror or exc}", file=sys.stderr)
+        if exc.errno == errno.ENOSYS:
+            print(
+                f"{PROG}: is the plugin loaded? " f"flux jobtap load $({PROG} path)",
+                file=sys.stderr,
+            )
         return 1
     except FileNotFoundError as exc:
         print(f"{PROG}: {exc}", file=sys.stderr)
