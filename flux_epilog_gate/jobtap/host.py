@@ -32,7 +32,8 @@ from .facade import (
 JOB_NEW, JOB_CLEANUP, JOB_INACTIVE, JOB_EVENT, JOB_DEPEND = range(5)
 PLUGIN_CONF, PLUGIN_QUERY = range(2)
 
-#: RPC methods: (name, handler name, open to guests at the dispatcher)
+#: RPC methods, in the order of the index each is registered with. All
+#: admit guests at the dispatcher; the handlers decide what a guest may do.
 METHODS = ("hold", "release", "list", "watch", "disconnect")
 
 
