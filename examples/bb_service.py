@@ -17,6 +17,7 @@ a restarted service picks up where it left off.
 """
 
 import argparse
+import errno
 import os
 import shutil
 import sys
@@ -37,6 +38,7 @@ class BurstBufferService:
         self.gate = EpilogGate(handle)
         self.root = root
         self.remaining = count
+        self.retry = None
         os.makedirs(root, exist_ok=True)
 
     def buffer(self, jobid):
@@ -52,8 +54,20 @@ class BurstBufferService:
         self.gate.hold(event.jobid, DESCRIPTION, timeout=60)
         print(f"bb: created {self.buffer(event.jobid)}, holding", flush=True)
 
+    def watch(self, *args):
+        self.gate.watch_async([DESCRIPTION]).then(self.on_active)
+
     def on_active(self, future):
-        hold = future.get()
+        try:
+            hold = future.get()
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNRESET, errno.ENOSYS):
+                raise
+            # The gate was reloaded or restarted: watch again shortly;
+            # holds still active are sent again.
+            self.retry = self.handle.timer_watcher_create(0.5, self.watch)
+            self.retry.start()
+            return
         future.reset()
         path = self.buffer(hold["id"])
         status = 0
@@ -73,7 +87,7 @@ class BurstBufferService:
         journal = JournalConsumer(self.handle, full=False)
         journal.set_callback(self.on_journal)
         journal.start()
-        self.gate.watch_async([DESCRIPTION]).then(self.on_active)
+        self.watch()
         print("bb: ready", flush=True)
         self.handle.reactor_run()
 

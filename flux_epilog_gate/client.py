@@ -13,6 +13,9 @@ Errors come back as OSError with the plugin's message, as from any Flux
 RPC.  The plugin checks every request; the client only converts job ids.
 """
 
+import errno
+import time
+
 import flux
 from flux.job import JobID
 
@@ -67,11 +70,40 @@ class EpilogGate:
             payload["descriptions"] = list(descriptions)
         return self._rpc("watch", payload, flags=flux.constants.FLUX_RPC_STREAMING)
 
-    def watch(self, descriptions=None):
+    def watch(self, descriptions=None, reconnect=60.0):
         """Yield ``{id, description, userid, ran}`` for every hold that is
         active now, then for each hold as it becomes active.  Blocks
-        between holds; stop by leaving the loop."""
+        between holds; stop by leaving the loop.
+
+        When the plugin is reloaded or the job-manager restarts, the stream
+        is ended and this watches again, waiting up to ``reconnect``
+        seconds for the plugin to be back; holds still active are then
+        sent again (releasing twice is harmless)."""
         future = self.watch_async(descriptions)
+        deadline = None  # while watching again after the stream ended
         while True:
-            yield future.get()
+            try:
+                hold = future.get()
+            except OSError as exc:
+                if not reconnect or not self._again(exc, deadline):
+                    raise
+                if exc.errno == errno.ECONNRESET:
+                    deadline = time.monotonic() + reconnect
+                else:
+                    time.sleep(0.5)
+                future = self.watch_async(descriptions)
+                continue
+            deadline = None
             future.reset()
+            yield hold
+
+    @staticmethod
+    def _again(exc, deadline):
+        if exc.errno == errno.ECONNRESET:
+            return True
+        # Not loaded (yet) while the plugin is being reloaded.
+        return (
+            exc.errno == errno.ENOSYS
+            and deadline is not None
+            and time.monotonic() < deadline
+        )

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 
 import flux.job
@@ -125,3 +126,25 @@ def test_example_service_tears_down_and_releases(instance, handle, tmp_path):
     assert [e.context for e in finish] == [{"description": "bb", "status": 0}]
     assert names(events).index("epilog-finish") < names(events).index("clean")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_watch_iterator_carries_on_across_plugin_reload(new_instance, plugin):
+    inst = new_instance()
+    got = []
+
+    def consume():
+        for hold in EpilogGate(inst.handle()).watch(["reload"]):
+            got.append(hold)
+            return
+
+    thread = threading.Thread(target=consume, daemon=True)
+    thread.start()
+    time.sleep(0.5)
+    inst.flux("jobtap", "remove", "epilog-gate.so")
+    time.sleep(1.0)
+    inst.flux("jobtap", "load", plugin)
+    handle = inst.handle()
+    jobid = active_hold(handle, EpilogGate(handle), "reload")
+    thread.join(timeout=20)
+    assert [hold["id"] for hold in got] == [jobid]
+    EpilogGate(handle).release(jobid, "reload")

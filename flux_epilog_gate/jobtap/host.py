@@ -36,6 +36,9 @@ PLUGIN_CONF, PLUGIN_QUERY = range(2)
 #: admit guests at the dispatcher; the handlers decide what a guest may do.
 METHODS = ("hold", "release", "list", "watch", "disconnect")
 
+#: Error text that ends watch streams when the plugin goes away.
+UNLOADED = "epilog-gate was unloaded: watch again"
+
 
 class Host:
     """One loaded instance of the plugin and the gate it drives."""
@@ -196,8 +199,12 @@ class Host:
         self.gate.watch(message, descriptions, userid=None if owner else userid)
 
     def unload(self):
-        """This plugin instance is being destroyed: stop everything that
-        would call back into it, and keep the gate for the next load."""
+        """This plugin instance is being destroyed: end the watch streams
+        (their clients watch again once the gate is back), stop everything
+        that would call back into it, and keep the gate for the next load."""
+        for watcher in self.gate.watchers:
+            self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
+        self.gate.watchers = []
         self.gate.suspend()
         self.jobtap.close()
 
