@@ -58,7 +58,9 @@ class Instance:
         self.tmpdir = tempfile.mkdtemp(prefix="epilog-gate-")
         self.statedir = statedir or os.path.join(self.tmpdir, "state")
         self.confdir = os.path.join(self.tmpdir, "conf")
-        self.extra_env = dict(env or {})
+        # Shutting down must not wait for (or cancel) held jobs: tests
+        # stop instances with holds active and may start them again.
+        self.extra_env = {"FLUX_DISABLE_JOB_CLEANUP": "1", **(env or {})}
         self.proc = None
         self.uri = None
         os.makedirs(self.statedir, exist_ok=True)

@@ -221,7 +221,8 @@ def test_every_key_given_as_option_overrides_the_table():
 
 def test_rules_are_read_from_the_table():
     config = Config.from_sources(
-        None, {"rules": [{"attribute": "system.bb", "description": "bb", "timeout": "5m"}]}
+        None,
+        {"rules": [{"attribute": "system.bb", "description": "bb", "timeout": "5m"}]},
     )
     assert [rule.to_dict() for rule in config.rules] == [
         {"attribute": "system.bb", "description": "bb", "timeout": 300.0}

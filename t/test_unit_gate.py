@@ -1169,7 +1169,9 @@ def test_rule_holds_a_job_whose_jobspec_has_the_attribute(port):
 
 
 def test_rule_leaves_a_job_without_the_attribute_alone(port):
-    config = Config.from_sources({"rules": [{"attribute": "system.bb", "description": "bb"}]})
+    config = Config.from_sources(
+        {"rules": [{"attribute": "system.bb", "description": "bb"}]}
+    )
     gate = Gate(port, config)
     port.add_job(JOB, SCHED, USER)
     gate.apply_rules(JOB, {"system": {"duration": 0}})

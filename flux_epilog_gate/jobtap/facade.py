@@ -223,7 +223,12 @@ class Jobtap:
 def request_payload(message):
     """Decoded JSON payload of a request (None if it has none)."""
     text = message.payload_str
-    return json.loads(text) if text else None
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
 
 
 def request_cred(message):
