@@ -56,6 +56,16 @@ def gate(handle):
 
 
 @pytest.fixture
+def no_leftover_holds(gate):
+    """Release every hold left on the session instance after a test, so a
+    failing test cannot leave held jobs behind."""
+    from jobs import release_all
+
+    yield
+    release_all(gate)
+
+
+@pytest.fixture
 def new_instance(plugin):
     """Factory for instances of a test's own (stopped at teardown)."""
     from flux_epilog_gate.testing import Instance

@@ -14,10 +14,7 @@ RELEASE = "job-manager.epilog-gate.release"
 UNKNOWN_JOB = 1  # never a real job id (FLUIDs carry a timestamp)
 
 
-@pytest.fixture(autouse=True)
-def no_leftover_holds(gate):
-    yield
-    release_all(gate)
+pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
 
 @pytest.fixture

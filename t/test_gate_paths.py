@@ -6,7 +6,6 @@ from jobs import (
     eventlog,
     named,
     names,
-    release_all,
     set_urgency,
     settle,
     submit,
@@ -18,11 +17,7 @@ from jobs import (
 
 from flux_epilog_gate.holds import CANCEL_EVENT, HOLD_EVENT
 
-
-@pytest.fixture(autouse=True)
-def no_leftover_holds(gate):
-    yield
-    release_all(gate)
+pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
 
 def cancel_held(handle, gate, *descriptions):

@@ -11,7 +11,6 @@ from jobs import (
     eventlog,
     named,
     names,
-    release_all,
     set_urgency,
     settle,
     submit,
@@ -22,11 +21,7 @@ from jobs import (
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.testing import Instance
 
-
-@pytest.fixture(autouse=True)
-def no_leftover_holds(gate):
-    yield
-    release_all(gate)
+pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
 
 def query(instance):

@@ -9,17 +9,14 @@ import time
 
 import flux.job
 import pytest
-from jobs import eventlog, names, release_all, submit, wait_event, wait_inactive
+from jobs import eventlog, names, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-@pytest.fixture(autouse=True)
-def no_leftover_holds(gate):
-    yield
-    release_all(gate)
+pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
 
 def watchers(instance):
