@@ -24,8 +24,6 @@ through a *port*, an object with these methods (the real one is
     ``stop()``
 ``send(sink, payload)``
     send one response to a watcher; returns False if the watcher is gone
-``annotate(id, text)``
-    show ``text`` (None: nothing) as the job's ``epilog_gate`` annotation
 ``log(level, text)``
     log a line (syslog levels)
 """
@@ -65,7 +63,14 @@ PROGRESS_EVENTS = frozenset(
 class Job:
     """The gate's record of one job that has holds (or is being recovered)."""
 
-    __slots__ = ("id", "userid", "holds", "at_point", "recovering", "placeholder")
+    __slots__ = (
+        "id",
+        "userid",
+        "holds",
+        "at_point",
+        "recovering",
+        "placeholder",
+    )
 
     def __init__(self, jobid, userid):
         self.id = jobid
@@ -169,7 +174,6 @@ class Gate:
         if not job.recovering and (job.at_point or self._past_point(job, state)):
             job.at_point = True
             self._activate(hold)
-        self._annotate(job)
         return hold, True
 
     def apply_rules(self, jobid, attributes):
@@ -208,6 +212,15 @@ class Gate:
             if userid is None or job.userid == userid
             for hold in job.holds.values()
         ]
+
+    def annotate(self, jobid):
+        """The ``epilog_gate`` annotation of a job entering CLEANUP: the
+        holds its clean waits on (None if annotations are off or it has
+        none).  It stays on the inactive job as a record."""
+        job = self.jobs.get(jobid)
+        if not self.config.annotate or job is None or not job.holds:
+            return None
+        return ",".join(job.holds)
 
     def watch(self, sink, descriptions=None, userid=None):
         """Add a watcher; it is first sent every hold already active."""
@@ -439,19 +452,9 @@ class Gate:
 
     def _reach_point(self, job):
         job.at_point = True
-        activated = False
         for hold in list(job.holds.values()):
             if hold.state == PENDING:
                 self._activate(hold)
-                activated = True
-        if activated:
-            self._annotate(job)
-
-    def _annotate(self, job):
-        if not self.config.annotate:
-            return
-        text = " ".join(f"{h.description}:{h.state}" for h in job.holds.values())
-        self.port.annotate(job.id, text or None)
 
     def _activate(self, hold):
         self._post(hold.id, "epilog-start", {"description": hold.description})
@@ -478,7 +481,6 @@ class Gate:
         del job.holds[hold.description]
         self._stop_timer(hold)
         self.gone.add(job.id, hold.description, reason)
-        self._annotate(job)
         if not job.holds and not job.recovering:
             self._untrack(job)
         if hold.state == PENDING:

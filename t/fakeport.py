@@ -72,7 +72,6 @@ class FakePort:
         self.sent = defaultdict(list)
         self.dead = set()
         self.logs = []
-        self.annotations = {}
         self.failures = {}
 
     # Driving the fake from a test
@@ -194,6 +193,3 @@ class FakePort:
 
     def log(self, level, text):
         self.logs.append((level, text))
-
-    def annotate(self, jobid, text):
-        self.annotations[jobid] = text

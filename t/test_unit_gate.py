@@ -1190,20 +1190,20 @@ def test_rule_with_equals_matches_only_that_value(port):
     assert JOB not in gate.jobs and "x" in gate.jobs[JOB2].holds
 
 
-def test_annotation_follows_the_holds_of_a_job(port, gate):
-    held_job(port, gate, "bb")
-    assert port.annotations[JOB] == "bb:pending"
-    port.set_state(JOB, CLEANUP)
-    gate.on_cleanup(JOB)
-    assert port.annotations[JOB] == "bb:active"
-    gate.release(JOB, "bb")
-    assert port.annotations[JOB] is None
+def test_annotation_names_the_holds_of_a_job_entering_cleanup(port, gate):
+    held_job(port, gate, "bb", "umount")
+    assert gate.annotate(JOB) == "bb,umount"
+
+
+def test_job_without_holds_gets_no_annotation(port, gate):
+    port.add_job(JOB, CLEANUP, USER)
+    assert gate.annotate(JOB) is None
 
 
 def test_no_annotation_when_disabled(port):
     gate = Gate(port, Config(annotate=False))
     held_job(port, gate, "bb")
-    assert JOB not in port.annotations
+    assert gate.annotate(JOB) is None
 
 
 def test_retrack_of_a_job_still_recovering_asks_for_its_eventlog(port, gate):

@@ -183,6 +183,13 @@ static int gate_job_cb (flux_plugin_t *p,
     int state = 0;
     json_int_t userid = 0;
 
+    /* Of a subscribed job's events only these move it to its epilog
+     * point; the others stay out of Python.
+     */
+    if (what == GATE_JOB_EVENT
+        && strcmp (topic, "job.event.finish") != 0
+        && strcmp (topic, "job.event.free") != 0)
+        return 0;
     if (!(what == GATE_JOB_NEW && (gate_forward & GATE_FORWARD_NEW))
         && !(what == GATE_JOB_DEPEND && (gate_forward & GATE_FORWARD_DEPEND))
         && !flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX))

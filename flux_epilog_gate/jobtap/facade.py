@@ -146,14 +146,6 @@ class Jobtap:
         )
         lib.gate_set_forward(flags)
 
-    def annotate(self, jobid, text):
-        # A volatile memo: shown by flux jobs, never written to the KVS.
-        self.flux.rpc(
-            "job-manager.memo",
-            {"id": jobid, "volatile": True, "memo": {"epilog_gate": text}},
-            flags=flux.constants.FLUX_RPC_NORESPONSE,
-        )
-
     # Reactor
 
     def timer(self, delay, callback):

@@ -81,6 +81,10 @@ class Host:
                 self.gate.apply_rules(jobid, attributes)
         elif what == JOB_CLEANUP:
             self.gate.on_cleanup(jobid)
+            text = self.gate.annotate(jobid)
+            if text:
+                # Set from a job.state callback, it costs no extra event.
+                arg_out(args, {"annotations": {"epilog_gate": text}})
         elif what == JOB_INACTIVE:
             self.gate.on_inactive(jobid)
         elif what == JOB_EVENT:
