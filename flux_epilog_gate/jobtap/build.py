@@ -40,10 +40,20 @@ extern "Python" int gate_py_job (flux_plugin_t *p, int what,
 extern "Python" void gate_py_unload (flux_plugin_t *p);
 extern "Python" int gate_py_plugin (flux_plugin_t *p, int what,
                                     flux_plugin_arg_t *args);
-extern "Python" void gate_py_request (flux_t *h, flux_msg_handler_t *mh,
-                                      const flux_msg_t *msg, void *arg);
+extern "Python" void gate_py_request (const flux_msg_t *msg, int method,
+                                      uint32_t userid, uint32_t rolemask,
+                                      const char *payload);
+void gate_request_cb (flux_t *h, flux_msg_handler_t *mh,
+                      const flux_msg_t *msg, void *arg);
+const flux_msg_t *flux_msg_incref (const flux_msg_t *msg);
+void flux_msg_decref (const flux_msg_t *msg);
+bool flux_msg_is_streaming (const flux_msg_t *msg);
+bool flux_disconnect_match (const flux_msg_t *msg1, const flux_msg_t *msg2);
+int flux_respond (flux_t *h, const flux_msg_t *request, const char *s);
+int flux_respond_error (flux_t *h, const flux_msg_t *request, int errnum,
+                        const char *errstr);
 
-void gate_set_forward (int flags);
+int gate_set_forward (flux_plugin_t *p, int flags);
 #define GATE_FORWARD_NEW ...
 #define GATE_FORWARD_DEPEND ...
 int gate_seen_jobmanager (flux_plugin_t *p);

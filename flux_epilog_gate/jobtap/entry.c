@@ -30,8 +30,9 @@ static int gate_py_job (flux_plugin_t *p, int what, const char *topic,
                         flux_plugin_arg_t *args);
 static int gate_py_plugin (flux_plugin_t *p, int what,
                            flux_plugin_arg_t *args);
-static void gate_py_request (flux_t *h, flux_msg_handler_t *mh,
-                             const flux_msg_t *msg, void *arg);
+static void gate_py_request (const flux_msg_t *msg, int method,
+                             uint32_t userid, uint32_t rolemask,
+                             const char *payload);
 
 #define GATE_NAME "epilog-gate"
 #define GATE_AUX "epilog-gate::held"
@@ -170,28 +171,50 @@ done:
     return rc;
 }
 
+/* Which of our topics 'topic' is, or -1 if it is one we pass on without
+ * looking.  Every handler a plugin registers costs an fnmatch() on every
+ * jobtap call for every job, so a few globs are matched here instead.
+ */
+static int gate_job_topic (const char *topic)
+{
+    if (!strncmp (topic, "job.state.", 10)) {
+        const char *state = topic + 10;
+        if (!strcmp (state, "cleanup"))
+            return GATE_JOB_CLEANUP;
+        if (!strcmp (state, "inactive"))
+            return GATE_JOB_INACTIVE;
+        if (!strcmp (state, "depend") && (gate_forward & GATE_FORWARD_DEPEND))
+            return GATE_JOB_DEPEND;
+        return -1;
+    }
+    /* Of a subscribed job's events only these move it to its epilog
+     * point; the others stay out of Python.
+     */
+    if (!strcmp (topic, "job.event.finish") || !strcmp (topic, "job.event.free"))
+        return GATE_JOB_EVENT;
+    if (!strcmp (topic, "job.new") && (gate_forward & GATE_FORWARD_NEW))
+        return GATE_JOB_NEW;
+    return -1;
+}
+
 /* Jobtap callbacks.  A job reaches Python only if it carries our marker
- * (it has holds, or is being recovered), or if Python asked for job.new.
+ * (it has holds, or is being recovered), or if Python asked for all
+ * job.new or job.state.depend callbacks.
  */
 static int gate_job_cb (flux_plugin_t *p,
                         const char *topic,
                         flux_plugin_arg_t *args,
                         void *data)
 {
-    int what = (int)(intptr_t)data;
+    int what = gate_job_topic (topic);
     flux_jobid_t id;
     int state = 0;
     json_int_t userid = 0;
 
-    /* Of a subscribed job's events only these move it to its epilog
-     * point; the others stay out of Python.
-     */
-    if (what == GATE_JOB_EVENT
-        && strcmp (topic, "job.event.finish") != 0
-        && strcmp (topic, "job.event.free") != 0)
+    if (what < 0)
         return 0;
-    if (!(what == GATE_JOB_NEW && (gate_forward & GATE_FORWARD_NEW))
-        && !(what == GATE_JOB_DEPEND && (gate_forward & GATE_FORWARD_DEPEND))
+    if (what != GATE_JOB_NEW
+        && what != GATE_JOB_DEPEND
         && !flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX))
         return 0;
     if (flux_plugin_arg_unpack (args,
@@ -214,17 +237,33 @@ static int gate_plugin_cb (flux_plugin_t *p,
     return gate_py_plugin (p, (int)(intptr_t)data, args);
 }
 
+/* Requests: decoded here, so Python gets plain values. */
+static void gate_request_cb (flux_t *h,
+                             flux_msg_handler_t *mh,
+                             const flux_msg_t *msg,
+                             void *arg)
+{
+    const char *payload = NULL;
+    struct flux_msg_cred cred;
+
+    if (flux_request_decode (msg, NULL, &payload) < 0
+        || flux_msg_get_cred (msg, &cred) < 0) {
+        if (flux_respond_error (h, msg, errno, NULL) < 0)
+            flux_log_error (h, "%s: responding", GATE_NAME);
+        return;
+    }
+    gate_py_request (msg, (int)(intptr_t)arg, cred.userid, cred.rolemask,
+                     payload);
+}
+
 static void gate_unload (void *arg)
 {
     gate_py_unload ((flux_plugin_t *)arg);
 }
 
 static const struct flux_plugin_handler gate_handlers[] = {
-    { "job.new", gate_job_cb, (void *)GATE_JOB_NEW },
-    { "job.state.depend", gate_job_cb, (void *)GATE_JOB_DEPEND },
-    { "job.state.cleanup", gate_job_cb, (void *)GATE_JOB_CLEANUP },
-    { "job.state.inactive", gate_job_cb, (void *)GATE_JOB_INACTIVE },
-    { "job.event.*", gate_job_cb, (void *)GATE_JOB_EVENT },
+    { "job.state.*", gate_job_cb, NULL },
+    { "job.event.*", gate_job_cb, NULL },
     { "conf.update", gate_plugin_cb, (void *)GATE_PLUGIN_CONF },
     { "plugin.query", gate_plugin_cb, (void *)GATE_PLUGIN_QUERY },
     { 0 },
@@ -282,9 +321,18 @@ static int gate_seen_jobmanager (flux_plugin_t *p)
     return 0;
 }
 
-static void gate_set_forward (int flags)
+static int gate_set_forward (flux_plugin_t *p, int flags)
 {
     gate_forward = flags;
+    /* job.new is only wanted while the plugin loads: keep its handler
+     * (and the fnmatch it costs every jobtap call) for that time only.
+     */
+    if (flux_plugin_remove_handler (p, "job.new") < 0)
+        return -1;
+    if ((flags & GATE_FORWARD_NEW)
+        && flux_plugin_add_handler (p, "job.new", gate_job_cb, NULL) < 0)
+        return -1;
+    return 0;
 }
 
 static int gate_mark (flux_plugin_t *p, flux_jobid_t id, int on)

@@ -19,7 +19,6 @@ from flux.core.inner import raw
 from flux.eventlog import EventLogEvent
 from flux.future import Future
 from flux.job import JobID
-from flux.message import Message
 
 from ._entry import ffi, lib
 
@@ -46,6 +45,7 @@ class Jobtap:
         )
         # The handle belongs to the job-manager: never close it.
         self.flux.incref()
+        self.h = lib.flux_jobtap_get_flux(p)
         self._names = {}
         self._lookups = set()
 
@@ -144,7 +144,8 @@ class Jobtap:
         flags = (lib.GATE_FORWARD_NEW if new else 0) | (
             lib.GATE_FORWARD_DEPEND if depend else 0
         )
-        lib.gate_set_forward(flags)
+        if lib.gate_set_forward(self.p, flags) < 0:
+            raise _oserror()
 
     # Reactor
 
@@ -177,33 +178,28 @@ class Jobtap:
         future.then(self.contained("eventlog lookup", done))
 
     # Services
+    #
+    # Requests are decoded in C (entry.c) and answered here with libflux
+    # calls on the raw message: the hot path of every hold and release.
 
-    def register(self, method, callback_arg, guests=False):
+    def register(self, method, index, guests=False):
         rolemask = lib.FLUX_ROLE_OWNER | (lib.FLUX_ROLE_USER if guests else 0)
+        arg = ffi.cast("void *", index)
         if (
             lib.flux_jobtap_service_register_ex(
-                self.p, method.encode(), rolemask, lib.gate_py_request, callback_arg
+                self.p, method.encode(), rolemask, lib.gate_request_cb, arg
             )
             < 0
         ):
             raise _oserror()
 
-    def message(self, msg):
-        """Wrap a request received from C as a flux Message."""
-        return Message(handle=flux_ffi.cast("flux_msg_t *", _address(msg)))
+    def send(self, msg, payload):
+        """Respond to request ``msg``; False if that failed."""
+        text = json.dumps(payload, separators=(",", ":")).encode()
+        return lib.flux_respond(self.h, msg, text) == 0
 
-    def send(self, message, payload):
-        """Respond to ``message``; False if that failed."""
-        try:
-            self.flux.respond(message, json.dumps(payload, separators=(",", ":")))
-        except OSError:
-            return False
-        return True
-
-    def respond_error(self, message, errnum, text):
-        raw.flux_respond_error(
-            self.flux.handle, message.handle, errnum, text.encode("utf-8", "replace")
-        )
+    def respond_error(self, msg, errnum, text):
+        lib.flux_respond_error(self.h, msg, errnum, text.encode("utf-8", "replace"))
 
     # Plugin arguments
 
@@ -212,30 +208,30 @@ class Jobtap:
         return json.loads(ffi.string(conf)) if conf != ffi.NULL else {}
 
 
-def request_payload(message):
+def request_payload(text):
     """Decoded JSON payload of a request (None if it has none)."""
-    text = message.payload_str
-    if not text:
+    if text == ffi.NULL:
         return None
     try:
-        return json.loads(text)
+        return json.loads(ffi.string(text))
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
 
 
-def request_cred(message):
-    """Return ``(userid, rolemask)`` of a request's sender."""
-    userid = flux_ffi.new("uint32_t *")
-    rolemask = flux_ffi.new("uint32_t *")
-    raw.flux_msg_get_userid(message.handle, userid)
-    raw.flux_msg_get_rolemask(message.handle, rolemask)
-    return userid[0], rolemask[0]
+def keep_request(msg):
+    """A reference on request ``msg`` that outlives the callback (for a
+    streaming answer); dropped when Python collects it."""
+    return ffi.gc(lib.flux_msg_incref(msg), lib.flux_msg_decref)
 
 
-def disconnect_match(message, other):
-    """True if ``other`` came from the client that sent disconnect
-    ``message``."""
-    return bool(raw.flux_disconnect_match(message.handle, other.handle))
+def is_streaming(msg):
+    return bool(lib.flux_msg_is_streaming(msg))
+
+
+def disconnect_match(msg, other):
+    """True if request ``other`` came from the client that sent disconnect
+    request ``msg``."""
+    return bool(lib.flux_disconnect_match(msg, other))
 
 
 def arg_in(args):

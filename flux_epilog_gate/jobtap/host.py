@@ -25,7 +25,8 @@ from .facade import (
     arg_in,
     arg_out,
     disconnect_match,
-    request_cred,
+    is_streaming,
+    keep_request,
     request_payload,
 )
 
@@ -63,7 +64,7 @@ class Host:
 
     def _register(self):
         for index, method in enumerate(METHODS):
-            self.jobtap.register(method, ffi.cast("void *", index), guests=True)
+            self.jobtap.register(method, index, guests=True)
 
     # Jobs
 
@@ -155,22 +156,21 @@ class Host:
 
     # Requests
 
-    def request(self, index, message):
+    def request(self, index, msg, userid, rolemask, text):
         method = METHODS[index]
         if method == "disconnect":
-            self.gate.unwatch(lambda sink: disconnect_match(message, sink))
+            self.gate.unwatch(lambda sink: disconnect_match(msg, sink))
             return
         self.fault("request")
         try:
-            userid, rolemask = request_cred(message)
             owner = bool(rolemask & lib.FLUX_ROLE_OWNER)
-            payload = request_payload(message)
-            getattr(self, f"_{method}")(message, payload, owner, userid)
+            payload = request_payload(text)
+            getattr(self, f"_{method}")(msg, payload, owner, userid)
         except GateError as exc:
-            self.jobtap.respond_error(message, exc.errnum, exc.message)
+            self.jobtap.respond_error(msg, exc.errnum, exc.message)
         except ValueError as exc:
             self.jobtap.respond_error(
-                message, errno.EPROTO, f"{method}: malformed payload: {exc}"
+                msg, errno.EPROTO, f"{method}: malformed payload: {exc}"
             )
 
     def _hold(self, message, payload, owner, userid):
@@ -197,10 +197,11 @@ class Host:
         self.jobtap.send(message, {"holds": holds})
 
     def _watch(self, message, payload, owner, userid):
-        if not message.pimpl.is_streaming():
+        if not is_streaming(message):
             raise GateError(errno.EPROTO, "watch: request must be streaming")
         descriptions = protocol.parse_watch(payload if payload is not None else {})
-        self.gate.watch(message, descriptions, userid=None if owner else userid)
+        sink = keep_request(message)
+        self.gate.watch(sink, descriptions, userid=None if owner else userid)
 
     def unload(self):
         """This plugin instance is being destroyed: end the watch streams
@@ -297,18 +298,15 @@ def gate_py_plugin(p, what, args):
 
 
 @ffi.def_extern(onerror=_onerror)
-def gate_py_request(h, mh, msg, arg):
+def gate_py_request(msg, method, userid, rolemask, payload):
     host = _State.host
-    message = None
     try:
-        message = host.jobtap.message(msg)
-        host.request(int(ffi.cast("intptr_t", arg)), message)
+        host.request(method, msg, userid, rolemask, payload)
     except Exception:
         _log_error("request")
-        if message is not None:
-            try:
-                host.jobtap.respond_error(
-                    message, errno.EIO, "epilog-gate: internal error (see flux dmesg)"
-                )
-            except Exception:
-                _log_error("responding")
+        try:
+            host.jobtap.respond_error(
+                msg, errno.EIO, "epilog-gate: internal error (see flux dmesg)"
+            )
+        except Exception:
+            _log_error("responding")
