@@ -1,0 +1,252 @@
+/* native-gate: the smallest native jobtap plugin that gates a job's clean
+ * the way epilog-gate does.  Benchmark reference only (bench/run.py
+ * builds it with cc at run time); it is the limit a gated workload can
+ * reach, not a product.
+ *
+ * One hold per job, in memory only (no eventlog record, no timeout, no
+ * durability):
+ *
+ *   job-manager.native-gate.hold    {id, description}   -> {id, description, state}
+ *   job-manager.native-gate.release {id, description, status?} -> {released[, reason]}
+ *   job-manager.native-gate.watch   {} (streaming)      -> {id, description, userid, ran}
+ *
+ * A held job gets epilog-start at its epilog point: on entry to CLEANUP if
+ * it never started, otherwise on its finish event.  Loaded with all=1,
+ * every job is held (description "native") without a hold request.
+ * Loaded with durable=1, each hold is also recorded in the job's eventlog
+ * (event native-gate-hold), as epilog-gate records its holds.
+ *
+ * Client side traffic per job is the same as epilog-gate's: one hold
+ * request, one watch response, one release request.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <jansson.h>
+#include <flux/core.h>
+#include <flux/jobtap.h>
+
+#define NAME "native-gate"
+#define AUX "native-gate::hold"
+
+enum { PENDING = 0, ACTIVE = 1 };
+
+struct hold {
+    int state;
+    char description[65];
+};
+
+static struct flux_msglist *watchers;
+static int gate_all;
+static int gate_durable;
+
+static struct hold *hold_create (const char *description)
+{
+    struct hold *h = calloc (1, sizeof (*h));
+    if (h)
+        snprintf (h->description, sizeof (h->description), "%s", description);
+    return h;
+}
+
+static int attach (flux_plugin_t *p, flux_jobid_t id, const char *description)
+{
+    struct hold *h = hold_create (description);
+
+    if (!h)
+        return -1;
+    if (flux_jobtap_job_aux_set (p, id, AUX, h, free) < 0) {
+        free (h);
+        return -1;
+    }
+    if (flux_jobtap_job_subscribe (p, id) < 0)
+        return -1;
+    return 0;
+}
+
+static void notify (flux_plugin_t *p, flux_jobid_t id, uint32_t userid,
+                    struct hold *h)
+{
+    flux_t *fh = flux_jobtap_get_flux (p);
+    const flux_msg_t *msg;
+    int ran = flux_jobtap_job_event_posted (p, FLUX_JOBTAP_CURRENT_JOB,
+                                            "start") > 0;
+
+    msg = flux_msglist_first (watchers);
+    while (msg) {
+        if (flux_respond_pack (fh, msg, "{s:I s:s s:i s:b}",
+                               "id", id,
+                               "description", h->description,
+                               "userid", (int)userid,
+                               "ran", ran) < 0)
+            flux_msglist_delete (watchers);
+        msg = flux_msglist_next (watchers);
+    }
+}
+
+/* The epilog point of the current job: post epilog-start for its hold. */
+static int point (flux_plugin_t *p, flux_plugin_arg_t *args)
+{
+    struct hold *h = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, AUX);
+    flux_jobid_t id;
+    json_int_t userid;
+
+    if (!h || h->state != PENDING)
+        return 0;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I s:I}",
+                                "id", &id, "userid", &userid) < 0)
+        return -1;
+    if (flux_jobtap_epilog_start (p, h->description) < 0)
+        return -1;
+    h->state = ACTIVE;
+    notify (p, id, (uint32_t)userid, h);
+    return 0;
+}
+
+static int cleanup_cb (flux_plugin_t *p, const char *topic,
+                       flux_plugin_arg_t *args, void *arg)
+{
+    /* A job that started waits for its finish event. */
+    if (flux_jobtap_job_event_posted (p, FLUX_JOBTAP_CURRENT_JOB, "start") > 0)
+        return 0;
+    return point (p, args);
+}
+
+static int finish_cb (flux_plugin_t *p, const char *topic,
+                      flux_plugin_arg_t *args, void *arg)
+{
+    return point (p, args);
+}
+
+static int new_cb (flux_plugin_t *p, const char *topic,
+                   flux_plugin_arg_t *args, void *arg)
+{
+    if (!gate_all
+        || flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, AUX))
+        return 0;
+    return attach (p, FLUX_JOBTAP_CURRENT_JOB, "native");
+}
+
+static void hold_cb (flux_t *fh, flux_msg_handler_t *mh,
+                     const flux_msg_t *msg, void *arg)
+{
+    flux_plugin_t *p = arg;
+    flux_jobid_t id;
+    const char *description;
+    struct hold *h;
+
+    if (flux_request_unpack (msg, NULL, "{s:I s:s}",
+                             "id", &id, "description", &description) < 0)
+        goto error;
+    if (!(h = flux_jobtap_job_aux_get (p, id, AUX))) {
+        if (attach (p, id, description) < 0
+            || !(h = flux_jobtap_job_aux_get (p, id, AUX)))
+            goto error;
+        /* durable=1: record the hold in the job's eventlog, as epilog-gate
+         * does, to tell the cost of that record from the cost of Python.
+         */
+        if (gate_durable
+            && flux_jobtap_event_post_pack (p, id, "native-gate-hold",
+                                            "{s:s}",
+                                            "description", description) < 0)
+            goto error;
+    }
+    if (flux_respond_pack (fh, msg, "{s:I s:s s:s}",
+                           "id", id,
+                           "description", h->description,
+                           "state", h->state == ACTIVE ? "active" : "pending") < 0)
+        flux_log_error (fh, NAME ": hold: respond");
+    return;
+error:
+    if (flux_respond_error (fh, msg, errno, NULL) < 0)
+        flux_log_error (fh, NAME ": hold: respond");
+}
+
+static void release_cb (flux_t *fh, flux_msg_handler_t *mh,
+                        const flux_msg_t *msg, void *arg)
+{
+    flux_plugin_t *p = arg;
+    flux_jobid_t id;
+    const char *description;
+    int status = 0;
+    struct hold *h;
+    int state;
+
+    if (flux_request_unpack (msg, NULL, "{s:I s:s s?i}",
+                             "id", &id,
+                             "description", &description,
+                             "status", &status) < 0)
+        goto error;
+    if (!(h = flux_jobtap_job_aux_get (p, id, AUX))
+        || strcmp (h->description, description) != 0) {
+        if (flux_respond_pack (fh, msg, "{s:b s:s}",
+                               "released", 0, "reason", "no such hold") < 0)
+            flux_log_error (fh, NAME ": release: respond");
+        return;
+    }
+    state = h->state;
+    flux_jobtap_job_unsubscribe (p, id);
+    /* The job may go inactive inside epilog_finish: drop the hold first. */
+    (void)flux_jobtap_job_aux_set (p, id, AUX, NULL, NULL);
+    if (state == ACTIVE
+        && flux_jobtap_epilog_finish (p, id, description, status) < 0)
+        goto error;
+    if (flux_respond_pack (fh, msg, "{s:b}", "released", 1) < 0)
+        flux_log_error (fh, NAME ": release: respond");
+    return;
+error:
+    if (flux_respond_error (fh, msg, errno, NULL) < 0)
+        flux_log_error (fh, NAME ": release: respond");
+}
+
+static void watch_cb (flux_t *fh, flux_msg_handler_t *mh,
+                      const flux_msg_t *msg, void *arg)
+{
+    if (!flux_msg_is_streaming (msg)) {
+        errno = EPROTO;
+        goto error;
+    }
+    if (flux_msglist_append (watchers, msg) < 0)
+        goto error;
+    return;
+error:
+    if (flux_respond_error (fh, msg, errno, NULL) < 0)
+        flux_log_error (fh, NAME ": watch: respond");
+}
+
+static void disconnect_cb (flux_t *fh, flux_msg_handler_t *mh,
+                           const flux_msg_t *msg, void *arg)
+{
+    (void)flux_msglist_disconnect (watchers, msg);
+}
+
+static void destroy (void *arg)
+{
+    flux_msglist_destroy (arg);
+    if (watchers == arg)
+        watchers = NULL;
+}
+
+static const struct flux_plugin_handler handlers[] = {
+    { "job.new", new_cb, NULL },
+    { "job.state.cleanup", cleanup_cb, NULL },
+    { "job.event.finish", finish_cb, NULL },
+    { 0 },
+};
+
+int flux_plugin_init (flux_plugin_t *p)
+{
+    gate_all = gate_durable = 0;
+    if (flux_plugin_set_name (p, NAME) < 0
+        || (flux_plugin_get_conf (p)
+            && flux_plugin_conf_unpack (p, "{s?i s?i}",
+                                       "all", &gate_all,
+                                       "durable", &gate_durable) < 0)
+        || !(watchers = flux_msglist_create ())
+        || flux_plugin_aux_set (p, NULL, watchers, destroy) < 0
+        || flux_jobtap_service_register (p, "hold", hold_cb, p) < 0
+        || flux_jobtap_service_register (p, "release", release_cb, p) < 0
+        || flux_jobtap_service_register (p, "watch", watch_cb, p) < 0
+        || flux_jobtap_service_register (p, "disconnect", disconnect_cb, p) < 0)
+        return -1;
+    return flux_plugin_register (p, NAME, handlers);
+}
