@@ -17,8 +17,9 @@ through a *port*, an object with these methods (the real one is
     post ``epilog-finish``
 ``raise_exception(id, note)``
     raise a non-fatal job exception
-``track(id)`` / ``untrack(id)``
-    start or stop sending the job's callbacks to the gate
+``track(id, events=True)`` / ``untrack(id)``
+    start or stop sending the job's callbacks to the gate (with
+    ``events``, also its ``finish`` and ``free`` events)
 ``timer(delay, callback)``
     call ``callback()`` after ``delay`` seconds; returns an object with
     ``stop()``
