@@ -67,6 +67,10 @@ def test_release_on_unknown_job_is_enoent(gate):
     refused(lambda: gate.release(UNKNOWN_JOB, "bb"), errno.ENOENT, "unknown job")
 
 
+def test_list_of_unknown_job_is_enoent(gate):
+    refused(lambda: gate.list(UNKNOWN_JOB), errno.ENOENT, "unknown job")
+
+
 def test_release_of_description_not_held_is_enoent_naming_holds(handle, gate, held):
     before = snapshot(handle, gate, held)
     refused(lambda: gate.release(held, "other"), errno.ENOENT, "other", "bb")
