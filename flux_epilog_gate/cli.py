@@ -11,15 +11,12 @@ import json
 import sys
 import time
 
-from . import ensure_flux_bindings
+# The package's __init__ has made flux-core's bindings importable.
+import flux
+from flux.job import JobID
 
-ensure_flux_bindings()
-
-import flux  # noqa: E402
-from flux.job import JobID  # noqa: E402
-
-from .client import EpilogGate  # noqa: E402
-from .paths import plugin_path  # noqa: E402
+from .client import EpilogGate
+from .paths import plugin_path
 
 PROG = "flux-epilog-gate"
 

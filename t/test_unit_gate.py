@@ -807,6 +807,16 @@ def test_recovery_rebuilds_an_active_hold_with_its_t_start(port, gate):
     assert epilog_starts(port) == []
 
 
+#: Eventlog of a job whose hold "bb" was released and "umount" is active.
+BB_FINISHED_UMOUNT_ACTIVE = [
+    ev(101.0, HOLD_EVENT, description="bb"),
+    ev(102.0, HOLD_EVENT, description="umount"),
+    ev(103.0, "epilog-start", description="bb"),
+    ev(103.0, "epilog-start", description="umount"),
+    ev(104.0, "epilog-finish", description="bb", status=0),
+]
+
+
 def test_recovery_drops_a_cancelled_hold(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
@@ -818,26 +828,12 @@ def test_recovery_drops_a_cancelled_hold(port, gate):
 
 
 def test_recovery_drops_a_finished_hold(port, gate):
-    events = [
-        ev(101.0, HOLD_EVENT, description="bb"),
-        ev(102.0, HOLD_EVENT, description="umount"),
-        ev(103.0, "epilog-start", description="bb"),
-        ev(103.0, "epilog-start", description="umount"),
-        ev(104.0, "epilog-finish", description="bb", status=0),
-    ]
-    recover(port, gate, CLEANUP, events)
+    recover(port, gate, CLEANUP, BB_FINISHED_UMOUNT_ACTIVE)
     assert [h["description"] for h in gate.list()] == ["umount"]
 
 
 def test_late_release_of_hold_finished_before_restart_answers_false(port, gate):
-    events = [
-        ev(101.0, HOLD_EVENT, description="bb"),
-        ev(101.0, HOLD_EVENT, description="umount"),
-        ev(103.0, "epilog-start", description="bb"),
-        ev(103.0, "epilog-start", description="umount"),
-        ev(104.0, "epilog-finish", description="bb", status=0),
-    ]
-    recover(port, gate, CLEANUP, events)
+    recover(port, gate, CLEANUP, BB_FINISHED_UMOUNT_ACTIVE)
     assert gate.release(JOB, "bb") == (False, "released")
 
 
