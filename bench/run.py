@@ -670,7 +670,7 @@ class Bench:
             def timer(self, delay, callback):
                 return Timer()
 
-            def send(self, sink, payload):
+            def send_activation(self, sink, payload):
                 return True
 
             def __getattr__(self, name):

@@ -141,7 +141,7 @@ class Config:
         timeout=None,
         max_holds=64,
         gone_limit=10000,
-        annotate=True,
+        annotate=False,
         rules=(),
         fault=None,
     ):

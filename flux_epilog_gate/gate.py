@@ -23,8 +23,9 @@ through a *port*, an object with these methods (the real one is
 ``timer(delay, callback)``
     call ``callback()`` after ``delay`` seconds; returns an object with
     ``stop()``
-``send(sink, payload)``
-    send one response to a watcher; returns False if the watcher is gone
+``send_activation(sink, activation)``
+    send one response (a dict ``{id, description, userid, ran}``) to a
+    watcher; returns False if the watcher is gone
 ``log(level, text)``
     log a line (syslog levels)
 """
@@ -229,7 +230,7 @@ class Gate:
         for job in self.jobs.values():
             for hold in job.holds.values():
                 if hold.state == ACTIVE and watcher.wants(hold):
-                    if not self.port.send(sink, self._activation(hold)):
+                    if not self.port.send_activation(sink, self._activation(hold)):
                         return
         self.watchers.append(watcher)
 
@@ -547,5 +548,7 @@ class Gate:
             return
         payload = self._activation(hold)
         for watcher in list(self.watchers):
-            if watcher.wants(hold) and not self.port.send(watcher.sink, payload):
+            if watcher.wants(hold) and not self.port.send_activation(
+                watcher.sink, payload
+            ):
                 self.watchers.remove(watcher)

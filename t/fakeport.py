@@ -10,8 +10,8 @@
   exceptions appear as ``("exception", {"note": ...})``;
 - the clock is fake and only moves with :meth:`advance`, which fires the
   timers that come due, in deadline order;
-- ``send`` records watcher payloads per sink; :meth:`kill` makes a sink
-  dead, so ``send`` to it answers False;
+- ``send_activation`` records watcher payloads per sink; :meth:`kill`
+  makes a sink dead, so ``send_activation`` to it answers False;
 - :meth:`fail` makes one kind of post (or ``raise_exception``) raise
   OSError, to check what the gate does when the job-manager refuses.
 """
@@ -185,7 +185,7 @@ class FakePort:
         self.timers.append(timer)
         return timer
 
-    def send(self, sink, payload):
+    def send_activation(self, sink, payload):
         if sink in self.dead:
             return False
         self.sent[sink].append(payload)

@@ -80,3 +80,33 @@ def test_config_reload_changes_default_timeout(new_instance):
     inst = new_instance()
     assert reload_config(inst, "[epilog-gate]\ntimeout = '90s'\n").returncode == 0
     assert query(inst)["config"]["timeout"] == 90.0
+
+
+def annotation(inst, jobid):
+    return inst.flux(
+        "jobs", "-n", "-o", "{annotations.epilog_gate}", str(jobid)
+    ).stdout.strip()
+
+
+def held_in_cleanup(inst, *descriptions):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = submit(handle, urgency=0)
+    for description in descriptions:
+        gate.hold(jobid, description)
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "epilog-start")
+    return jobid
+
+
+def test_annotate_shows_holds_of_a_job_in_cleanup_in_flux_jobs(new_instance):
+    inst = new_instance(plugin_conf={"annotate": True})
+    jobid = held_in_cleanup(inst, "bb", "umount")
+    assert annotation(inst, jobid) == "bb,umount"
+
+
+def test_jobs_are_not_annotated_by_default(new_instance):
+    inst = new_instance()
+    jobid = held_in_cleanup(inst, "bb")
+    # flux jobs prints "" for a missing annotation
+    assert annotation(inst, jobid) == ""

@@ -143,15 +143,3 @@ def test_holding_twice_answers_existing_hold_with_one_event(handle, gate):
     assert len(named(events, "epilog-start", "bb")) == 1
     gate.release(jobid, "bb")
     wait_inactive(handle, jobid)
-
-
-def test_job_held_in_cleanup_shows_its_holds_in_flux_jobs(instance, handle, gate):
-    jobid = submit(handle, urgency=0)
-    gate.hold(jobid, "bb")
-    gate.hold(jobid, "umount")
-    flux.job.cancel(handle, jobid)
-    wait_event(handle, jobid, "epilog-start")
-    shown = instance.flux(
-        "jobs", "-n", "-o", "{annotations.epilog_gate}", str(jobid)
-    ).stdout.strip()
-    assert shown == "bb,umount"

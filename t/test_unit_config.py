@@ -85,7 +85,7 @@ def test_no_configuration_gives_the_defaults():
         "timeout": None,
         "max-holds": 64,
         "gone-limit": 10000,
-        "annotate": True,
+        "annotate": False,
         "rules": [],
     }
 

@@ -1186,18 +1186,19 @@ def test_rule_with_equals_matches_only_that_value(port):
     assert JOB not in gate.jobs and "x" in gate.jobs[JOB2].holds
 
 
-def test_annotation_names_the_holds_of_a_job_entering_cleanup(port, gate):
+def test_annotation_names_the_holds_of_a_job_entering_cleanup(port):
+    gate = Gate(port, Config(annotate=True))
     held_job(port, gate, "bb", "umount")
     assert gate.annotate(JOB) == "bb,umount"
 
 
-def test_job_without_holds_gets_no_annotation(port, gate):
+def test_job_without_holds_gets_no_annotation(port):
+    gate = Gate(port, Config(annotate=True))
     port.add_job(JOB, CLEANUP, USER)
     assert gate.annotate(JOB) is None
 
 
-def test_no_annotation_when_disabled(port):
-    gate = Gate(port, Config(annotate=False))
+def test_no_annotation_by_default(port, gate):
     held_job(port, gate, "bb")
     assert gate.annotate(JOB) is None
 

@@ -43,6 +43,10 @@ extern "Python" int gate_py_plugin (flux_plugin_t *p, int what,
 extern "Python" void gate_py_request (const flux_msg_t *msg, int method,
                                       uint32_t userid, uint32_t rolemask,
                                       const char *payload);
+extern "Python" void gate_py_hold (const flux_msg_t *msg, flux_jobid_t id,
+                                   const char *description, double timeout);
+extern "Python" void gate_py_release (const flux_msg_t *msg, flux_jobid_t id,
+                                      const char *description, int status);
 void gate_request_cb (flux_t *h, flux_msg_handler_t *mh,
                       const flux_msg_t *msg, void *arg);
 const flux_msg_t *flux_msg_incref (const flux_msg_t *msg);
@@ -57,9 +61,21 @@ int gate_set_forward (flux_plugin_t *p, int flags);
 #define GATE_FORWARD_NEW ...
 #define GATE_FORWARD_DEPEND ...
 int gate_seen_jobmanager (flux_plugin_t *p);
-int gate_mark (flux_plugin_t *p, flux_jobid_t id, int on);
+int gate_track (flux_plugin_t *p, flux_jobid_t id, int events);
+void gate_untrack (flux_plugin_t *p, flux_jobid_t id);
 int gate_post (flux_plugin_t *p, flux_jobid_t id, const char *name,
                const char *context);
+int gate_post_hold (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                    const char *description, double timeout);
+int gate_respond_hold (flux_plugin_t *p, const flux_msg_t *msg,
+                       flux_jobid_t id, const char *description,
+                       const char *state);
+int gate_respond_release (flux_plugin_t *p, const flux_msg_t *msg,
+                          int released, const char *reason);
+int gate_respond_activation (flux_plugin_t *p, const flux_msg_t *msg,
+                             flux_jobid_t id, const char *description,
+                             uint32_t userid, int ran);
+int gate_annotate (flux_plugin_arg_t *args, const char *text);
 int gate_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
                 int severity, const char *note);
 int gate_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,
@@ -71,8 +87,6 @@ flux_t *flux_jobtap_get_flux (flux_plugin_t *p);
 int flux_jobtap_service_register_ex (flux_plugin_t *p, const char *method,
                                      uint32_t rolemask, flux_msg_handler_f cb,
                                      void *arg);
-int flux_jobtap_job_subscribe (flux_plugin_t *p, flux_jobid_t id);
-void flux_jobtap_job_unsubscribe (flux_plugin_t *p, flux_jobid_t id);
 int flux_jobtap_job_event_posted (flux_plugin_t *p, flux_jobid_t id,
                                   const char *name);
 int flux_jobtap_epilog_finish (flux_plugin_t *p, flux_jobid_t id,

@@ -33,9 +33,14 @@ static int gate_py_plugin (flux_plugin_t *p, int what,
 static void gate_py_request (const flux_msg_t *msg, int method,
                              uint32_t userid, uint32_t rolemask,
                              const char *payload);
+static void gate_py_hold (const flux_msg_t *msg, flux_jobid_t id,
+                          const char *description, double timeout);
+static void gate_py_release (const flux_msg_t *msg, flux_jobid_t id,
+                             const char *description, int status);
 
 #define GATE_NAME "epilog-gate"
 #define GATE_AUX "epilog-gate::held"
+#define GATE_JOB_TOPICS "job.[se][tv][ae][tn][et].*" /* job.state.*, job.event.* */
 #define GATE_JM_AUX "epilog-gate::job-manager"
 
 enum gate_job_topic {
@@ -44,6 +49,12 @@ enum gate_job_topic {
     GATE_JOB_INACTIVE = 2,
     GATE_JOB_EVENT = 3,
     GATE_JOB_DEPEND = 4,
+};
+
+/* Indexes of the RPC methods (host.METHODS). */
+enum gate_method {
+    GATE_METHOD_HOLD = 0,
+    GATE_METHOD_RELEASE = 1,
 };
 
 enum gate_plugin_topic {
@@ -59,6 +70,12 @@ enum gate_plugin_topic {
 #define GATE_FORWARD_DEPEND 2
 static int gate_forward = 0;
 static char gate_marker;
+
+/* Jobs carrying our marker, and whether the handler of job topics is
+ * registered: only while it is needed (see gate_sync_handlers).
+ */
+static int gate_marked = 0;
+static int gate_job_handler = 0;
 
 /* Promote libpython to RTLD_GLOBAL.  The job-manager opened us (and so
  * libpython) RTLD_LOCAL, which hides Py* symbols from extension modules
@@ -112,9 +129,25 @@ static int gate_locate (char *site, size_t sitesz, char *prog, size_t progsz)
 
 static int gate_start_python (flux_t *h, const char *prog)
 {
+    PyPreConfig preconfig;
     PyConfig config;
     PyStatus status;
 
+    /* Leave the broker's locale and environment alone: by default Python
+     * sets LC_CTYPE for the whole process and, in the "C" locale, coerces
+     * it to C.UTF-8 and exports LC_CTYPE.  UTF-8 mode gives Python UTF-8
+     * without touching either.
+     */
+    PyPreConfig_InitPythonConfig (&preconfig);
+    preconfig.configure_locale = 0;
+    preconfig.coerce_c_locale = 0;
+    preconfig.coerce_c_locale_warn = 0;
+    preconfig.utf8_mode = 1;
+    preconfig.use_environment = 0;
+    preconfig.parse_argv = 0;
+    status = Py_PreInitialize (&preconfig);
+    if (PyStatus_Exception (status))
+        goto error_preinit;
     PyConfig_InitPythonConfig (&config);
     /* The broker's PATH, PYTHONHOME and PYTHONPATH describe whatever
      * started the instance, not the environment we were installed in.
@@ -134,9 +167,10 @@ static int gate_start_python (flux_t *h, const char *prog)
     (void)PyEval_SaveThread ();
     return 0;
 error:
+    PyConfig_Clear (&config);
+error_preinit:
     flux_log (h, LOG_ERR, "%s: starting Python (%s) failed: %s",
               GATE_NAME, prog, status.err_msg ? status.err_msg : "unknown");
-    PyConfig_Clear (&config);
     return -1;
 }
 
@@ -172,8 +206,7 @@ done:
 }
 
 /* Which of our topics 'topic' is, or -1 if it is one we pass on without
- * looking.  Every handler a plugin registers costs an fnmatch() on every
- * jobtap call for every job, so a few globs are matched here instead.
+ * looking (see gate_handlers below for why this is done here).
  */
 static int gate_job_topic (const char *topic)
 {
@@ -197,6 +230,32 @@ static int gate_job_topic (const char *topic)
     return -1;
 }
 
+/* The handler of job topics is registered only while some job carries
+ * our marker or Python asked for every job.state.depend: a plugin with
+ * nothing to do then costs the job-manager one pattern match per jobtap
+ * call, for its conf.update and plugin.query handler.
+ */
+static int gate_job_cb (flux_plugin_t *p,
+                        const char *topic,
+                        flux_plugin_arg_t *args,
+                        void *data);
+
+static int gate_sync_handlers (flux_plugin_t *p)
+{
+    int want = gate_marked > 0 || (gate_forward & GATE_FORWARD_DEPEND);
+
+    if (want == gate_job_handler)
+        return 0;
+    if (want) {
+        if (flux_plugin_add_handler (p, GATE_JOB_TOPICS, gate_job_cb, NULL) < 0)
+            return -1;
+    }
+    else if (flux_plugin_remove_handler (p, GATE_JOB_TOPICS) < 0)
+        return -1;
+    gate_job_handler = want;
+    return 0;
+}
+
 /* Jobtap callbacks.  A job reaches Python only if it carries our marker
  * (it has holds, or is being recovered), or if Python asked for all
  * job.new or job.state.depend callbacks.
@@ -211,6 +270,9 @@ static int gate_job_cb (flux_plugin_t *p,
     int state = 0;
     json_int_t userid = 0;
 
+    /* The last marked job went away (see gate_unmarked). */
+    if (gate_marked == 0 && gate_job_handler)
+        (void)gate_sync_handlers (p);
     if (what < 0)
         return 0;
     if (what != GATE_JOB_NEW
@@ -234,7 +296,71 @@ static int gate_plugin_cb (flux_plugin_t *p,
                            flux_plugin_arg_t *args,
                            void *data)
 {
-    return gate_py_plugin (p, (int)(intptr_t)data, args);
+    if (!strcmp (topic, "conf.update"))
+        return gate_py_plugin (p, GATE_PLUGIN_CONF, args);
+    if (!strcmp (topic, "plugin.query"))
+        return gate_py_plugin (p, GATE_PLUGIN_QUERY, args);
+    return 0;
+}
+
+/* A description as the spec allows it: 1-64 of [A-Za-z0-9._-]. */
+static int gate_valid_description (const char *s)
+{
+    size_t n;
+
+    for (n = 0; s[n] != '\0'; n++) {
+        char c = s[n];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')
+              || (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-'))
+            return 0;
+    }
+    return n >= 1 && n <= 64;
+}
+
+/* The common, well-formed hold and release requests of the owner skip
+ * JSON in Python: unpacked strictly here, they reach Python as plain
+ * values.  Anything else (a guest, an unknown key, a bad value) returns
+ * 0 and takes the general path, which explains what is wrong.
+ */
+static int gate_fast_request (const flux_msg_t *msg, int method,
+                              uint32_t rolemask)
+{
+    json_int_t id;
+    const char *description;
+    json_t *extra = NULL;
+
+    if (!(rolemask & FLUX_ROLE_OWNER)
+        || (method != GATE_METHOD_HOLD && method != GATE_METHOD_RELEASE))
+        return 0;
+    if (flux_request_unpack (msg, NULL, "{s:I s:s s?o !}",
+                             "id", &id,
+                             "description", &description,
+                             method == GATE_METHOD_HOLD ? "timeout" : "status",
+                             &extra) < 0
+        || id < 0
+        || !gate_valid_description (description))
+        return 0;
+    if (method == GATE_METHOD_HOLD) {
+        double timeout = -1.;
+        if (extra) {
+            if (!json_is_number (extra) || json_number_value (extra) <= 0.)
+                return 0;
+            timeout = json_number_value (extra);
+        }
+        gate_py_hold (msg, (flux_jobid_t)id, description, timeout);
+    }
+    else {
+        json_int_t status = 0;
+        if (extra) {
+            if (!json_is_integer (extra))
+                return 0;
+            status = json_integer_value (extra);
+            if (status < INT_MIN || status > INT_MAX)
+                return 0;
+        }
+        gate_py_release (msg, (flux_jobid_t)id, description, (int)status);
+    }
+    return 1;
 }
 
 /* Requests: decoded here, so Python gets plain values. */
@@ -243,17 +369,19 @@ static void gate_request_cb (flux_t *h,
                              const flux_msg_t *msg,
                              void *arg)
 {
+    int method = (int)(intptr_t)arg;
     const char *payload = NULL;
     struct flux_msg_cred cred;
 
-    if (flux_request_decode (msg, NULL, &payload) < 0
-        || flux_msg_get_cred (msg, &cred) < 0) {
+    if (flux_msg_get_cred (msg, &cred) < 0
+        || flux_request_decode (msg, NULL, &payload) < 0) {
         if (flux_respond_error (h, msg, errno, NULL) < 0)
             flux_log_error (h, "%s: responding", GATE_NAME);
         return;
     }
-    gate_py_request (msg, (int)(intptr_t)arg, cred.userid, cred.rolemask,
-                     payload);
+    if (gate_fast_request (msg, method, cred.rolemask))
+        return;
+    gate_py_request (msg, method, cred.userid, cred.rolemask, payload);
 }
 
 static void gate_unload (void *arg)
@@ -261,11 +389,18 @@ static void gate_unload (void *arg)
     gate_py_unload ((flux_plugin_t *)arg);
 }
 
+/* The job-manager matches every jobtap call of every job against every
+ * handler pattern of every plugin with fnmatch(), which in a UTF-8 locale
+ * converts both strings to wide characters each time: the handlers a
+ * plugin registers are its main cost on jobs it does not care about.  So
+ * one pattern stays registered, for conf.update and plugin.query; the
+ * one for job.state.* and job.event.* comes and goes (gate_sync_handlers),
+ * and the topics are narrowed in C.  Neither pattern may match
+ * job.update.*, job.validate and the like: a handler for those would take
+ * part in deciding them.
+ */
 static const struct flux_plugin_handler gate_handlers[] = {
-    { "job.state.*", gate_job_cb, NULL },
-    { "job.event.*", gate_job_cb, NULL },
-    { "conf.update", gate_plugin_cb, (void *)GATE_PLUGIN_CONF },
-    { "plugin.query", gate_plugin_cb, (void *)GATE_PLUGIN_QUERY },
+    { "[cp][ol][nu][fg][.i]*", gate_plugin_cb, NULL },
     { 0 },
 };
 
@@ -282,6 +417,8 @@ int flux_plugin_init (flux_plugin_t *p)
     if (flux_plugin_set_name (p, GATE_NAME) < 0)
         return -1;
     gate_forward = 0;
+    gate_marked = 0;
+    gate_job_handler = 0;
     if (!python_started) {
         if (gate_locate (site, sizeof (site), prog, sizeof (prog)) < 0) {
             flux_log (h, LOG_ERR, "%s: cannot locate own library", GATE_NAME);
@@ -332,13 +469,40 @@ static int gate_set_forward (flux_plugin_t *p, int flags)
     if ((flags & GATE_FORWARD_NEW)
         && flux_plugin_add_handler (p, "job.new", gate_job_cb, NULL) < 0)
         return -1;
+    return gate_sync_handlers (p);
+}
+
+/* Destructor of a job's marker: also called when the job is destroyed or
+ * the plugin removed, so it must not touch the plugin.
+ */
+static void gate_unmarked (void *arg)
+{
+    gate_marked--;
+}
+
+/* Send the job's callbacks to Python (with 'events', also its
+ * job.event.* callbacks), or stop.
+ */
+static int gate_track (flux_plugin_t *p, flux_jobid_t id, int events)
+{
+    if (!flux_jobtap_job_aux_get (p, id, GATE_AUX)) {
+        if (flux_jobtap_job_aux_set (p, id, GATE_AUX, &gate_marker,
+                                     gate_unmarked) < 0)
+            return -1;
+        gate_marked++;
+        if (gate_sync_handlers (p) < 0)
+            return -1;
+    }
+    if (events && flux_jobtap_job_subscribe (p, id) < 0)
+        return -1;
     return 0;
 }
 
-static int gate_mark (flux_plugin_t *p, flux_jobid_t id, int on)
+static void gate_untrack (flux_plugin_t *p, flux_jobid_t id)
 {
-    return flux_jobtap_job_aux_set (p, id, GATE_AUX,
-                                    on ? &gate_marker : NULL, NULL);
+    flux_jobtap_job_unsubscribe (p, id);
+    (void)flux_jobtap_job_aux_set (p, id, GATE_AUX, NULL, NULL);
+    (void)gate_sync_handlers (p);
 }
 
 static int gate_post (flux_plugin_t *p,
@@ -356,6 +520,74 @@ static int gate_post (flux_plugin_t *p,
     rc = flux_jobtap_event_post_pack (p, id, name, "O", o);
     json_decref (o);
     return rc;
+}
+
+/* Post an event whose context is {description[, timeout]} (timeout < 0:
+ * none): every event of a hold's life.
+ */
+static int gate_post_hold (flux_plugin_t *p,
+                           flux_jobid_t id,
+                           const char *name,
+                           const char *description,
+                           double timeout)
+{
+    if (timeout < 0.)
+        return flux_jobtap_event_post_pack (p, id, name, "{s:s}",
+                                            "description", description);
+    return flux_jobtap_event_post_pack (p, id, name, "{s:s s:f}",
+                                        "description", description,
+                                        "timeout", timeout);
+}
+
+/* Responses of the hot path, packed here rather than encoded in Python. */
+static int gate_respond_hold (flux_plugin_t *p,
+                              const flux_msg_t *msg,
+                              flux_jobid_t id,
+                              const char *description,
+                              const char *state)
+{
+    return flux_respond_pack (flux_jobtap_get_flux (p), msg,
+                              "{s:I s:s s:s}",
+                              "id", (json_int_t)id,
+                              "description", description,
+                              "state", state);
+}
+
+static int gate_respond_release (flux_plugin_t *p,
+                                 const flux_msg_t *msg,
+                                 int released,
+                                 const char *reason)
+{
+    if (!reason)
+        return flux_respond_pack (flux_jobtap_get_flux (p), msg, "{s:b}",
+                                  "released", released);
+    return flux_respond_pack (flux_jobtap_get_flux (p), msg, "{s:b s:s}",
+                              "released", released,
+                              "reason", reason);
+}
+
+static int gate_respond_activation (flux_plugin_t *p,
+                                    const flux_msg_t *msg,
+                                    flux_jobid_t id,
+                                    const char *description,
+                                    uint32_t userid,
+                                    int ran)
+{
+    return flux_respond_pack (flux_jobtap_get_flux (p), msg,
+                              "{s:I s:s s:I s:b}",
+                              "id", (json_int_t)id,
+                              "description", description,
+                              "userid", (json_int_t)userid,
+                              "ran", ran);
+}
+
+/* Set the job's epilog_gate annotation from a job.state callback. */
+static int gate_annotate (flux_plugin_arg_t *args, const char *text)
+{
+    return flux_plugin_arg_pack (args, FLUX_PLUGIN_ARG_OUT,
+                                 "{s:{s:s}}",
+                                 "annotations",
+                                 "epilog_gate", text);
 }
 
 static int gate_raise (flux_plugin_t *p,

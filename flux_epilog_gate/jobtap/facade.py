@@ -22,6 +22,9 @@ from flux.job import JobID
 
 from ._entry import ffi, lib
 
+#: Keys of the context of every event of a hold's life.
+HOLD_CONTEXT_KEYS = frozenset(("description", "timeout"))
+
 EXCEPTION_TYPE = b"epilog"
 EXCEPTION_SEVERITY = 1
 
@@ -106,8 +109,21 @@ class Jobtap:
         return lib.flux_jobtap_job_event_posted(self.p, jobid, self._name(name)) > 0
 
     def post(self, jobid, name, context):
-        encoded = json.dumps(context, separators=(",", ":")).encode()
-        if lib.gate_post(self.p, jobid, self._name(name), encoded) < 0:
+        description = context.get("description")
+        # Every event of a hold's life has this context: packed in C.
+        if description is not None and context.keys() <= HOLD_CONTEXT_KEYS:
+            timeout = context.get("timeout")
+            rc = lib.gate_post_hold(
+                self.p,
+                jobid,
+                self._name(name),
+                description.encode(),
+                -1.0 if timeout is None else timeout,
+            )
+        else:
+            encoded = json.dumps(context, separators=(",", ":")).encode()
+            rc = lib.gate_post(self.p, jobid, self._name(name), encoded)
+        if rc < 0:
             raise _oserror()
 
     def epilog_finish(self, jobid, description, status):
@@ -129,14 +145,11 @@ class Jobtap:
     def track(self, jobid, events=True):
         """Send the job's callbacks to Python; with ``events`` also its
         job.event.* callbacks."""
-        if lib.gate_mark(self.p, jobid, 1) < 0:
-            raise _oserror()
-        if events and lib.flux_jobtap_job_subscribe(self.p, jobid) < 0:
+        if lib.gate_track(self.p, jobid, 1 if events else 0) < 0:
             raise _oserror()
 
     def untrack(self, jobid):
-        lib.flux_jobtap_job_unsubscribe(self.p, jobid)
-        lib.gate_mark(self.p, jobid, 0)
+        lib.gate_untrack(self.p, jobid)
 
     def forward(self, new=False, depend=False):
         """Forward every job.new / job.state.depend to Python, not only
@@ -198,6 +211,32 @@ class Jobtap:
         text = json.dumps(payload, separators=(",", ":")).encode()
         return lib.flux_respond(self.h, msg, text) == 0
 
+    def send_activation(self, msg, activation):
+        """Send one ``watch`` response; False if that failed."""
+        return (
+            lib.gate_respond_activation(
+                self.p,
+                msg,
+                activation["id"],
+                activation["description"].encode(),
+                activation["userid"],
+                activation["ran"],
+            )
+            == 0
+        )
+
+    def send_hold(self, msg, hold):
+        """Answer a ``hold`` request with ``hold``."""
+        lib.gate_respond_hold(
+            self.p, msg, hold.id, hold.description.encode(), self._name(hold.state)
+        )
+
+    def send_release(self, msg, released, reason=None):
+        """Answer a ``release`` request."""
+        lib.gate_respond_release(
+            self.p, msg, released, ffi.NULL if reason is None else reason.encode()
+        )
+
     def respond_error(self, msg, errnum, text):
         lib.flux_respond_error(self.h, msg, errnum, text.encode("utf-8", "replace"))
 
@@ -240,6 +279,13 @@ def arg_in(args):
     if lib.flux_plugin_arg_get(args, lib.FLUX_PLUGIN_ARG_IN, text) < 0:
         raise _oserror()
     return json.loads(ffi.string(text[0]))
+
+
+def annotate(args, text):
+    """Set the job's ``epilog_gate`` annotation (a job.state callback's
+    OUT arguments)."""
+    if lib.gate_annotate(args, text.encode()) < 0:
+        raise _oserror()
 
 
 def arg_out(args, value):

@@ -22,6 +22,7 @@ from ..gate import NEW, Gate
 from ._entry import ffi, lib
 from .facade import (
     Jobtap,
+    annotate,
     arg_in,
     arg_out,
     disconnect_match,
@@ -85,7 +86,7 @@ class Host:
             text = self.gate.annotate(jobid)
             if text:
                 # Set from a job.state callback, it costs no extra event.
-                arg_out(args, {"annotations": {"epilog_gate": text}})
+                annotate(args, text)
         elif what == JOB_INACTIVE:
             self.gate.on_inactive(jobid)
         elif what == JOB_EVENT:
@@ -175,21 +176,30 @@ class Host:
 
     def _hold(self, message, payload, owner, userid):
         _require_owner("hold", owner)
-        jobid, description, timeout = protocol.parse_hold(payload)
-        hold, _ = self.gate.hold(jobid, description, timeout)
-        self.jobtap.send(
-            message,
-            {"id": hold.id, "description": hold.description, "state": hold.state},
-        )
+        self.hold(message, *protocol.parse_hold(payload))
 
     def _release(self, message, payload, owner, userid):
         _require_owner("release", owner)
-        jobid, description, status = protocol.parse_release(payload)
-        released, reason = self.gate.release(jobid, description, status)
-        answer = {"released": released}
-        if reason:
-            answer["reason"] = reason
-        self.jobtap.send(message, answer)
+        self.release(message, *protocol.parse_release(payload))
+
+    # The owner's well-formed hold and release requests, already checked
+    # and decoded in C, start here.
+
+    def hold(self, message, jobid, description, timeout):
+        try:
+            hold, _ = self.gate.hold(jobid, description, timeout)
+        except GateError as exc:
+            self.jobtap.respond_error(message, exc.errnum, exc.message)
+            return
+        self.jobtap.send_hold(message, hold)
+
+    def release(self, message, jobid, description, status):
+        try:
+            released, reason = self.gate.release(jobid, description, status)
+        except GateError as exc:
+            self.jobtap.respond_error(message, exc.errnum, exc.message)
+            return
+        self.jobtap.send_release(message, released, reason)
 
     def _list(self, message, payload, owner, userid):
         jobid = protocol.parse_list(payload if payload is not None else {})
@@ -299,14 +309,42 @@ def gate_py_plugin(p, what, args):
 
 @ffi.def_extern(onerror=_onerror)
 def gate_py_request(msg, method, userid, rolemask, payload):
-    host = _State.host
     try:
-        host.request(method, msg, userid, rolemask, payload)
+        _State.host.request(method, msg, userid, rolemask, payload)
     except Exception:
-        _log_error("request")
-        try:
-            host.jobtap.respond_error(
-                msg, errno.EIO, "epilog-gate: internal error (see flux dmesg)"
-            )
-        except Exception:
-            _log_error("responding")
+        _internal_error(msg)
+
+
+@ffi.def_extern(onerror=_onerror)
+def gate_py_hold(msg, jobid, description, timeout):
+    try:
+        host = _State.host
+        host.fault("request")
+        host.hold(
+            msg,
+            jobid,
+            ffi.string(description).decode(),
+            None if timeout < 0 else timeout,
+        )
+    except Exception:
+        _internal_error(msg)
+
+
+@ffi.def_extern(onerror=_onerror)
+def gate_py_release(msg, jobid, description, status):
+    try:
+        host = _State.host
+        host.fault("request")
+        host.release(msg, jobid, ffi.string(description).decode(), status)
+    except Exception:
+        _internal_error(msg)
+
+
+def _internal_error(msg):
+    _log_error("request")
+    try:
+        _State.host.jobtap.respond_error(
+            msg, errno.EIO, "epilog-gate: internal error (see flux dmesg)"
+        )
+    except Exception:
+        _log_error("responding")
