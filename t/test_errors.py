@@ -117,10 +117,42 @@ def test_malformed_hold_is_eproto(handle, gate, held, payload, words):
     assert_unchanged(handle, gate, held, *before)
 
 
-def test_malformed_release_is_eproto_and_keeps_hold(handle, gate, held):
+MALFORMED_RELEASE = [
+    pytest.param({"status": "1"}, "status must be", id="status-string"),
+    pytest.param({"status": True}, "status must be", id="status-bool"),
+    pytest.param({"status": 1.5}, "status must be", id="status-real"),
+    pytest.param({"timeout": 5}, "unknown key 'timeout'", id="hold-key"),
+]
+
+
+@pytest.mark.parametrize("change, words", MALFORMED_RELEASE)
+def test_malformed_release_is_eproto_and_keeps_hold(handle, gate, held, change, words):
     before = snapshot(handle, gate, held)
-    payload = {"id": held, "description": "bb", "status": "1"}
-    refused(lambda: handle.rpc(RELEASE, payload).get(), errno.EPROTO, "status")
+    payload = dict({"id": held, "description": "bb"}, **change)
+    refused(lambda: handle.rpc(RELEASE, payload).get(), errno.EPROTO, words)
+    assert_unchanged(handle, gate, held, *before)
+
+
+BAD_RELEASE_VALUES = [
+    pytest.param({"status": 2**31}, "out of range", id="status-too-big"),
+    pytest.param({"status": -(2**31) - 1}, "out of range", id="status-too-small"),
+    pytest.param({"description": "b b"}, "b b", id="desc-space"),
+    pytest.param({"id": -1}, "-1", id="id-negative"),
+]
+
+
+@pytest.mark.parametrize("change, words", BAD_RELEASE_VALUES)
+def test_bad_release_value_is_einval_and_keeps_hold(handle, gate, held, change, words):
+    before = snapshot(handle, gate, held)
+    payload = dict({"id": held, "description": "bb"}, **change)
+    refused(lambda: handle.rpc(RELEASE, payload).get(), errno.EINVAL, words)
+    assert_unchanged(handle, gate, held, *before)
+
+
+def test_hold_with_release_key_is_eproto(handle, gate, held):
+    before = snapshot(handle, gate, held)
+    payload = {"id": held, "description": "new", "status": 0}
+    refused(lambda: handle.rpc(HOLD, payload).get(), errno.EPROTO, "'status'")
     assert_unchanged(handle, gate, held, *before)
 
 

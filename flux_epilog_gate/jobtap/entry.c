@@ -269,6 +269,7 @@ static int gate_job_cb (flux_plugin_t *p,
     flux_jobid_t id;
     int state = 0;
     json_int_t userid = 0;
+    int rc;
 
     /* The last marked job went away (see gate_unmarked). */
     if (gate_marked == 0 && gate_job_handler)
@@ -288,7 +289,16 @@ static int gate_job_cb (flux_plugin_t *p,
         return -1;
     if (what == GATE_JOB_EVENT)
         topic += strlen ("job.event.");
-    return gate_py_job (p, what, topic, id, state, (uint32_t)userid, args);
+    rc = gate_py_job (p, what, topic, id, state, (uint32_t)userid, args);
+    /* An inactive job has nothing more to tell us: unmark it now rather
+     * than when it is purged, which may be much later.
+     */
+    if (what == GATE_JOB_INACTIVE) {
+        (void)flux_jobtap_job_aux_set (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX,
+                                       NULL, NULL);
+        (void)gate_sync_handlers (p);
+    }
+    return rc;
 }
 
 static int gate_plugin_cb (flux_plugin_t *p,
@@ -477,7 +487,8 @@ static int gate_set_forward (flux_plugin_t *p, int flags)
  */
 static void gate_unmarked (void *arg)
 {
-    gate_marked--;
+    if (gate_marked > 0)
+        gate_marked--;
 }
 
 /* Send the job's callbacks to Python (with 'events', also its

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Instructions the job-manager thread executes per job, under callgrind.
+
+    python bench/instructions.py                  # every configuration
+    python bench/instructions.py --configs bare,gate-idle --jobs 200
+
+Jobs/s on a shared 2-core machine move by 10-20% from run to run;
+instruction counts do not.  For each configuration of bench/run.py this
+starts a test instance whose broker runs under ``valgrind --tool=callgrind``,
+drives the exception-path workload (each job cancelled while pending, held
+and released in the gated configurations) with instrumentation switched on
+for the driven jobs only, and reports the job-manager thread's instructions
+per job, with the share spent in Python (libpython and cffi).  It is slow
+(about two minutes per configuration) and needs valgrind.
+"""
+
+import argparse
+import glob
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import run as bench  # noqa: E402
+
+PYTHON_OBJECTS = ("libpython", "_cffi_backend")
+JOB_MANAGER_FUNCTION = "event_job_process_entry"
+
+
+def inner(config, jobs, outdir):
+    """Inside the instance: load the configuration's plugin, warm up, then
+    drive ``jobs`` jobs with callgrind's instrumentation on."""
+    import flux
+
+    plugin_kind, gated, options = bench.CONFIGS[config]
+    tool = bench.Bench(bench.parse_args(["--quick"]), outdir)
+    h = flux.Flux()
+    if plugin_kind:
+        request = {"load": tool.paths[plugin_kind]}
+        if options:
+            request["conf"] = options
+        h.rpc("job-manager.jobtap", request).get()
+    client = bench.Client(h, tool.service(plugin_kind) if gated else None)
+    spec = bench.spec_for("exception")
+    warm = client.submit_held(20, spec)
+    tool.drive(client, warm, "exception", gated)
+    ids = client.submit_held(jobs, spec)
+    bench.Broker(h).quiesce()
+    pid = h.attr_get("broker.pid")
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", pid], check=True, capture_output=True)
+    tool.drive(client, ids, "exception", gated)
+    subprocess.run([*control, "off", pid], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+
+
+def measure(config, jobs, workdir):
+    """Run one configuration; return the job-manager thread's profile."""
+    out = os.path.join(workdir, config)
+    shutil.rmtree(out, ignore_errors=True)
+    os.makedirs(out)
+    wrap = ",".join(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--instr-atstart=no",
+            "--separate-threads=yes",
+            f"--callgrind-out-file={out}/cg.%p",
+        ]
+    )
+    subprocess.run(
+        [
+            "flux",
+            "start",
+            "--test-size=1",
+            f"--wrap={wrap}",
+            sys.executable,
+            os.path.abspath(__file__),
+            "--inner",
+            config,
+            "--jobs",
+            str(jobs),
+            "--workdir",
+            out,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return job_manager_profile(glob.glob(os.path.join(out, "cg.*-*")), jobs)
+
+
+def job_manager_profile(files, jobs):
+    """Instructions per job of the thread that ran the job-manager, and
+    the part of them in Python."""
+    best = None
+    for path in files:
+        with open(path, errors="replace") as f:
+            text = f.read()
+        if JOB_MANAGER_FUNCTION not in text:
+            continue
+        total = sum(int(n) for n in re.findall(r"^totals: (\d+)", text, re.M))
+        if best is None or total > best[0]:
+            best = (total, path)
+    if best is None:
+        raise RuntimeError("no callgrind profile of the job-manager thread")
+    total, path = best
+    return {
+        "instructions_per_job": total / jobs,
+        "python_per_job": python_instructions(path) / jobs,
+    }
+
+
+def python_instructions(path):
+    """Instructions spent in the Python interpreter and cffi (exclusive)."""
+    text = subprocess.run(
+        ["callgrind_annotate", "--threshold=100", path],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    count = 0
+    for line in text.splitlines():
+        m = re.match(r"\s*([\d,]+) \(.*\)\s+\S+\s+\[(.*)\]\s*$", line)
+        if m and any(name in m.group(2) for name in PYTHON_OBJECTS):
+            count += int(m.group(1).replace(",", ""))
+    return count
+
+
+def report(results, jobs):
+    print(f"job-manager thread, exception path, {jobs} jobs per configuration")
+    print(f"  {'config':16}{'instr/job':>12}{'of it Python':>14}")
+    for config, r in results.items():
+        print(
+            f"  {config:16}{r['instructions_per_job'] / 1e3:>11.0f}k"
+            f"{r['python_per_job'] / 1e3:>13.0f}k"
+        )
+    print("ratios")
+    for a, b in (
+        ("gate-idle", "bare"),
+        ("gate", "native"),
+        ("gate", "native-durable"),
+        ("native-durable", "native"),
+    ):
+        if a in results and b in results:
+            ratio = (
+                results[a]["instructions_per_job"] / results[b]["instructions_per_job"]
+            )
+            print(f"  {a} / {b}: {ratio:.3f}")
+
+
+def parse_args():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--configs", default=",".join(bench.CONFIGS))
+    parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument("--output", help="JSON results file")
+    parser.add_argument("--keep", help="keep the callgrind profiles in this directory")
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+def main():
+    args = parse_args()
+    if args.inner:
+        inner(args.inner, args.jobs, args.workdir)
+        return
+    for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
+        if not shutil.which(tool):
+            raise SystemExit(f"instructions: {tool} not found (install valgrind)")
+    configs = args.configs.split(",")
+    unknown = [c for c in configs if c not in bench.CONFIGS]
+    if unknown:
+        raise SystemExit(f"instructions: unknown configuration {unknown[0]!r}")
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="epilog-gate-cg-") as tmp:
+        workdir = args.keep or tmp
+        os.makedirs(workdir, exist_ok=True)
+        for config in configs:
+            print(f"instructions: {config}", file=sys.stderr, flush=True)
+            results[config] = measure(config, args.jobs, workdir)
+    report(results, args.jobs)
+    output = args.output or os.path.join(
+        bench.RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-instructions.json"
+    )
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    with open(output, "w") as f:
+        json.dump({"jobs": args.jobs, "configs": results}, f, indent=2)
+    print(f"results: {output}")
+
+
+if __name__ == "__main__":
+    main()
