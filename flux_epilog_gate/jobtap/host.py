@@ -182,23 +182,15 @@ class Host:
         _require_owner("release", owner)
         self.release(message, *protocol.parse_release(payload))
 
-    # The owner's well-formed hold and release requests, already checked
-    # and decoded in C, start here.
+    # Both paths end here: the general one once Python has checked the
+    # payload, the owner's well-formed requests straight from C.
 
     def hold(self, message, jobid, description, timeout):
-        try:
-            hold, _ = self.gate.hold(jobid, description, timeout)
-        except GateError as exc:
-            self.jobtap.respond_error(message, exc.errnum, exc.message)
-            return
+        hold, _ = self.gate.hold(jobid, description, timeout)
         self.jobtap.send_hold(message, hold)
 
     def release(self, message, jobid, description, status):
-        try:
-            released, reason = self.gate.release(jobid, description, status)
-        except GateError as exc:
-            self.jobtap.respond_error(message, exc.errnum, exc.message)
-            return
+        released, reason = self.gate.release(jobid, description, status)
         self.jobtap.send_release(message, released, reason)
 
     def _list(self, message, payload, owner, userid):
@@ -317,25 +309,33 @@ def gate_py_request(msg, method, userid, rolemask, payload):
 
 @ffi.def_extern(onerror=_onerror)
 def gate_py_hold(msg, jobid, description, timeout):
-    try:
-        host = _State.host
-        host.fault("request")
-        host.hold(
+    _decoded_request(
+        msg,
+        lambda host: host.hold(
             msg,
             jobid,
             ffi.string(description).decode(),
             None if timeout < 0 else timeout,
-        )
-    except Exception:
-        _internal_error(msg)
+        ),
+    )
 
 
 @ffi.def_extern(onerror=_onerror)
 def gate_py_release(msg, jobid, description, status):
+    _decoded_request(
+        msg,
+        lambda host: host.release(msg, jobid, ffi.string(description).decode(), status),
+    )
+
+
+def _decoded_request(msg, handle):
+    """A request decoded in C: ``handle(host)`` answers it."""
+    host = _State.host
     try:
-        host = _State.host
         host.fault("request")
-        host.release(msg, jobid, ffi.string(description).decode(), status)
+        handle(host)
+    except GateError as exc:
+        host.jobtap.respond_error(msg, exc.errnum, exc.message)
     except Exception:
         _internal_error(msg)
 
