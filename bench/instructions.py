@@ -11,7 +11,7 @@ drives the exception-path workload (each job cancelled while pending, held
 and released in the gated configurations) with instrumentation switched on
 for the driven jobs only, and reports the job-manager thread's instructions
 per job, with the share spent in Python (libpython and cffi).  It is slow
-(about two minutes per configuration) and needs valgrind.
+(about a minute per configuration) and needs valgrind.
 """
 
 import argparse
