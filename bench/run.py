@@ -919,30 +919,19 @@ def targets(results):
     """The issue's targets, each with the figure it is judged on."""
     out = []
     ratios = results.get("throughput", {}).get("ratios", {})
-    for workload in ("exception", "normal"):
-        r = ratios.get(f"gate-idle/bare/{workload}")
-        if r:
-            out.append(
-                {
-                    "name": f"gate-idle / bare jobs/s, {workload} path",
-                    "target": ">= 0.97",
-                    "value": r["jobs_per_s"],
-                    "unit": "",
-                    "met": r["jobs_per_s"] >= 0.97,
-                }
-            )
-    for workload in ("exception", "normal"):
-        r = ratios.get(f"gate/native/{workload}")
-        if r:
-            out.append(
-                {
-                    "name": f"gate / native jobs/s, {workload} path",
-                    "target": ">= 0.85",
-                    "value": r["jobs_per_s"],
-                    "unit": "",
-                    "met": r["jobs_per_s"] >= 0.85,
-                }
-            )
+    for pair, goal in (("gate-idle/bare", 0.97), ("gate/native", 0.85)):
+        for workload in ("exception", "normal"):
+            r = ratios.get(f"{pair}/{workload}")
+            if r:
+                out.append(
+                    {
+                        "name": f"{pair.replace('/', ' / ')} jobs/s, {workload} path",
+                        "target": f">= {goal}",
+                        "value": r["jobs_per_s"],
+                        "unit": "",
+                        "met": r["jobs_per_s"] >= goal,
+                    }
+                )
     lat = results.get("latency", {}).get("gate")
     if lat:
         out.append(

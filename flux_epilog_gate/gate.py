@@ -12,7 +12,8 @@ through a *port*, an object with these methods (the real one is
     True if event ``name`` was posted to the job since the job-manager
     started
 ``post(id, name, context)``
-    post an event (a dict context) to the job's eventlog
+    post an event to the job's eventlog; ``context`` is
+    ``{"description": D}``, with ``"timeout"`` for a hold event
 ``epilog_finish(id, description, status)``
     post ``epilog-finish``
 ``raise_exception(id, note)``

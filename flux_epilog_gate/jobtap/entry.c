@@ -383,15 +383,17 @@ static void gate_request_cb (flux_t *h,
     const char *payload = NULL;
     struct flux_msg_cred cred;
 
-    if (flux_msg_get_cred (msg, &cred) < 0
-        || flux_request_decode (msg, NULL, &payload) < 0) {
-        if (flux_respond_error (h, msg, errno, NULL) < 0)
-            flux_log_error (h, "%s: responding", GATE_NAME);
-        return;
-    }
+    if (flux_msg_get_cred (msg, &cred) < 0)
+        goto error;
     if (gate_fast_request (msg, method, cred.rolemask))
         return;
+    if (flux_request_decode (msg, NULL, &payload) < 0)
+        goto error;
     gate_py_request (msg, method, cred.userid, cred.rolemask, payload);
+    return;
+error:
+    if (flux_respond_error (h, msg, errno, NULL) < 0)
+        flux_log_error (h, "%s: responding", GATE_NAME);
 }
 
 static void gate_unload (void *arg)
@@ -516,25 +518,8 @@ static void gate_untrack (flux_plugin_t *p, flux_jobid_t id)
     (void)gate_sync_handlers (p);
 }
 
-static int gate_post (flux_plugin_t *p,
-               flux_jobid_t id,
-               const char *name,
-               const char *context)
-{
-    json_t *o;
-    int rc;
-
-    if (!(o = json_loads (context, 0, NULL))) {
-        errno = EPROTO;
-        return -1;
-    }
-    rc = flux_jobtap_event_post_pack (p, id, name, "O", o);
-    json_decref (o);
-    return rc;
-}
-
 /* Post an event whose context is {description[, timeout]} (timeout < 0:
- * none): every event of a hold's life.
+ * none): every event the gate posts has that context.
  */
 static int gate_post_hold (flux_plugin_t *p,
                            flux_jobid_t id,

@@ -22,7 +22,7 @@ from flux.job import JobID
 
 from ._entry import ffi, lib
 
-#: Keys of the context of every event of a hold's life.
+#: Keys of the context of every event the gate posts.
 HOLD_CONTEXT_KEYS = frozenset(("description", "timeout"))
 
 EXCEPTION_TYPE = b"epilog"
@@ -109,21 +109,21 @@ class Jobtap:
         return lib.flux_jobtap_job_event_posted(self.p, jobid, self._name(name)) > 0
 
     def post(self, jobid, name, context):
-        description = context.get("description")
-        # Every event of a hold's life has this context: packed in C.
-        if description is not None and context.keys() <= HOLD_CONTEXT_KEYS:
-            timeout = context.get("timeout")
-            rc = lib.gate_post_hold(
+        """Post event ``name``; its context is ``{description[, timeout]}``,
+        packed in C."""
+        if context.keys() - HOLD_CONTEXT_KEYS:
+            raise ValueError(f"{name}: unexpected context {sorted(context)}")
+        timeout = context.get("timeout")
+        if (
+            lib.gate_post_hold(
                 self.p,
                 jobid,
                 self._name(name),
-                description.encode(),
+                context["description"].encode(),
                 -1.0 if timeout is None else timeout,
             )
-        else:
-            encoded = json.dumps(context, separators=(",", ":")).encode()
-            rc = lib.gate_post(self.p, jobid, self._name(name), encoded)
-        if rc < 0:
+            < 0
+        ):
             raise _oserror()
 
     def epilog_finish(self, jobid, description, status):
