@@ -14,7 +14,7 @@
  * it never started, otherwise on its finish event.  Loaded with all=1,
  * every job is held (description "native") without a hold request.
  * Loaded with durable=1, each hold is also recorded in the job's eventlog
- * (event native-gate-hold), as epilog-gate records its holds.
+ * (event native-gate-hold): what such a per-job record costs.
  *
  * Client side traffic per job is the same as epilog-gate's: one hold
  * request, one watch response, one release request.
@@ -141,8 +141,8 @@ static void hold_cb (flux_t *fh, flux_msg_handler_t *mh,
         if (attach (p, id, description) < 0
             || !(h = flux_jobtap_job_aux_get (p, id, AUX)))
             goto error;
-        /* durable=1: record the hold in the job's eventlog, as epilog-gate
-         * does, to tell the cost of that record from the cost of Python.
+        /* durable=1: record the hold in the job's eventlog, to show what
+         * a durable record per job costs.
          */
         if (gate_durable
             && flux_jobtap_event_post_pack (p, id, "native-gate-hold",

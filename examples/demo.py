@@ -28,7 +28,6 @@ SHOWN = (
     "start",
     "finish",
     "exception",
-    "epilog_gate.hold",
     "epilog-start",
     "epilog-finish",
     "free",

@@ -11,9 +11,9 @@ through a *port*, an object with these methods (the real one is
 ``posted(id, name)``
     True if event ``name`` was posted to the job since the job-manager
     started
-``post(id, name, context)``
-    post an event to the job's eventlog; ``context`` is
-    ``{"description": D}``, with ``"timeout"`` for a hold event
+``epilog_start(id, description, timeout)``
+    post ``epilog-start``, marked as the gate's, with the hold's timeout
+    (None: none) so that the eventlog alone tells an active hold
 ``epilog_finish(id, description, status)``
     post ``epilog-finish``
 ``raise_exception(id, note)``
@@ -24,6 +24,9 @@ through a *port*, an object with these methods (the real one is
 ``timer(delay, callback)``
     call ``callback()`` after ``delay`` seconds; returns an object with
     ``stop()``
+``kvs_commit(key, text, append, callback)``
+    write (or with ``append``, append) ``text`` to KVS key ``key``
+    without blocking; later call ``callback(error)``, with None on success
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran}``) to a
     watcher; returns False if the watcher is gone
@@ -37,9 +40,11 @@ from collections import OrderedDict
 
 from .config import Config
 from .errors import GateError
+from .holdlog import MARKER, HoldLog
 from .holds import (
     ACTIVE,
     CANCEL_EVENT,
+    GONE,
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
@@ -138,10 +143,23 @@ class Gate:
         self.gone = GoneLog(self.config.gone_limit)
         self.history = {}
         self.watchers = []
+        self.record = HoldLog(port, self.holds)
         self.stats = dict.fromkeys(
             ("held", "activated", "released", "cancelled", "failed", "timedout"),
             0,
         )
+
+    def attach(self, port):
+        """Drive another port: the plugin was loaded again."""
+        self.port = port
+        self.record.port = port
+
+    def holds(self):
+        """Every hold of every job, or None while some job's holds are
+        still being recovered."""
+        if any(job.recovering for job in self.jobs.values()):
+            return None
+        return [hold for job in self.jobs.values() for hold in job.holds.values()]
 
     # Requests
 
@@ -165,18 +183,22 @@ class Gate:
             )
         if timeout is None:
             timeout = self.config.timeout
-        context = {"description": description}
-        if timeout is not None:
-            context["timeout"] = timeout
-        self._post(jobid, HOLD_EVENT, context)
         hold = Hold(jobid, description, userid, self.port.now(), timeout)
+        tracked = job is not None
         job = job or self._track(jobid, userid)
+        if not job.recovering and (job.at_point or self._past_point(job, state)):
+            try:
+                self._activate(hold)
+            except GateError:
+                if not tracked:
+                    self._untrack(job)
+                raise
+            job.at_point = True
         job.holds[description] = hold
         self.gone.discard(jobid, description)
         self.stats["held"] += 1
-        if not job.recovering and (job.at_point or self._past_point(job, state)):
-            job.at_point = True
-            self._activate(hold)
+        if hold.state == PENDING:
+            self.record.add(hold)
         return hold, True
 
     def apply_rules(self, jobid, attributes):
@@ -262,6 +284,7 @@ class Gate:
         if job is None:
             return
         for hold in job.holds.values():
+            hold.state = GONE
             self._stop_timer(hold)
             self.gone.add(jobid, hold.description, "job is inactive")
 
@@ -312,7 +335,9 @@ class Gate:
     # Reload into the same job-manager
 
     def suspend(self):
-        """The plugin is going away: stop every timer."""
+        """The plugin is going away: record what is queued, stop every
+        timer."""
+        self.record.suspend()
         for job in self.jobs.values():
             for hold in job.holds.values():
                 self._stop_timer(hold)
@@ -362,21 +387,36 @@ class Gate:
                 hold = Hold(
                     job.id, description, job.userid, timestamp, context.get("timeout")
                 )
+                hold.logged = True
                 job.holds[description] = hold
             elif name == CANCEL_EVENT:
                 job.holds.pop(description, None)
-            elif name == "epilog-start" and description in job.holds:
-                hold = job.holds[description]
-                hold.state = ACTIVE
-                hold.t_start = timestamp
             elif name == "epilog-start" and description == RECOVERY_DESCRIPTION:
                 job.placeholder = True
+            elif name == "epilog-start" and (
+                description in job.holds or context.get(MARKER)
+            ):
+                self._replay_start(job, timestamp, context)
             elif name == "epilog-finish" and description == RECOVERY_DESCRIPTION:
                 job.placeholder = False
             elif name == "epilog-finish" and description in job.holds:
                 del job.holds[description]
                 self.gone.add(job.id, description, "released")
         return seen
+
+    @staticmethod
+    def _replay_start(job, timestamp, context):
+        # A hold that became active before its pending record was written
+        # is known from its marked epilog-start alone.
+        description = context["description"]
+        hold = job.holds.get(description)
+        if hold is None:
+            hold = Hold(
+                job.id, description, job.userid, timestamp, context.get("timeout")
+            )
+            job.holds[description] = hold
+        hold.state = ACTIVE
+        hold.t_start = timestamp
 
     # Timeouts
 
@@ -398,12 +438,12 @@ class Gate:
                 raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}") from None
             raise GateError.from_oserror(exc, f"looking up job {f58(jobid)}") from None
 
-    def _post(self, jobid, name, context):
+    def _epilog_start(self, jobid, description, timeout=None):
         try:
-            self.port.post(jobid, name, context)
+            self.port.epilog_start(jobid, description, timeout)
         except OSError as exc:
             raise GateError.from_oserror(
-                exc, f"posting {name} to job {f58(jobid)}"
+                exc, f"posting epilog-start to job {f58(jobid)}"
             ) from None
 
     def _track(self, jobid, userid):
@@ -450,7 +490,7 @@ class Gate:
         # Still reading the eventlog: keep clean from being posted until
         # we know which holds this job has.
         if not job.placeholder:
-            self._post(job.id, "epilog-start", {"description": RECOVERY_DESCRIPTION})
+            self._epilog_start(job.id, RECOVERY_DESCRIPTION)
             job.placeholder = True
 
     def _reach_point(self, job):
@@ -460,7 +500,7 @@ class Gate:
                 self._activate(hold)
 
     def _activate(self, hold):
-        self._post(hold.id, "epilog-start", {"description": hold.description})
+        self._epilog_start(hold.id, hold.description, hold.timeout)
         hold.state = ACTIVE
         hold.t_start = self.port.now()
         self.stats["activated"] += 1
@@ -482,13 +522,14 @@ class Gate:
         # Forget the hold before posting: epilog-finish may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
+        was, hold.state = hold.state, GONE
         self._stop_timer(hold)
         self.gone.add(job.id, hold.description, reason)
         if not job.holds and not job.recovering:
             self._untrack(job)
-        if hold.state == PENDING:
+        if was == PENDING:
             self.stats["cancelled"] += 1
-            self._post_quietly(job.id, CANCEL_EVENT, {"description": hold.description})
+            self.record.cancel(hold)
             return
         self.stats["timedout" if reason == "timed out" else "released"] += 1
         if status != 0:
@@ -514,12 +555,6 @@ class Gate:
             self.port.log(
                 syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
             )
-
-    def _post_quietly(self, jobid, name, context):
-        try:
-            self.port.post(jobid, name, context)
-        except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: posting {name}: {exc}")
 
     def _why_gone(self, jobid, description, job):
         reason = self.gone.get(jobid, description)

@@ -10,6 +10,8 @@ import re
 
 PENDING = "pending"
 ACTIVE = "active"
+#: A released, timed out or cancelled hold (no longer on its job).
+GONE = "gone"
 
 #: ``epilog-finish`` status posted when a hold's timeout expires.
 TIMEOUT_STATUS = 124
@@ -18,9 +20,10 @@ TIMEOUT_STATUS = 124
 EXCEPTION_TYPE = "epilog"
 EXCEPTION_SEVERITY = 1
 
-#: Events the gate posts to a job's eventlog so that holds are durable.
-#: (Names must not start with "epilog-" or "prolog-": the job-manager takes
-#: those for perilog actions.)
+#: Names of the entries that record pending holds (see
+#: :mod:`flux_epilog_gate.holdlog`).  Recovery reads them merged with the
+#: job's eventlog, so they follow its rules: names must not start with
+#: "epilog-" or "prolog-", which the job-manager takes for perilog actions.
 HOLD_EVENT = "epilog_gate.hold"
 CANCEL_EVENT = "epilog_gate.cancel"
 
@@ -61,6 +64,7 @@ class Hold:
         "t_start",
         "timeout",
         "timer",
+        "logged",
     )
 
     def __init__(self, jobid, description, userid, t_hold, timeout=None):
@@ -72,6 +76,7 @@ class Hold:
         self.t_start = None
         self.timeout = timeout
         self.timer = None
+        self.logged = False
 
     def to_dict(self):
         """Return the hold as a ``list`` entry."""

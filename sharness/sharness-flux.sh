@@ -130,10 +130,22 @@ run_under_flux() {
 
 # Helpers for the tests (available inside the instance).
 
-# Events the plugin posts to record a hold and the cancel of a pending hold
-# (see doc/man7/flux-epilog-gate.rst, EVENTLOG).
+# Entries of the hold log (KVS key $HOLD_LOG) that record a pending hold
+# and its cancellation (see doc/man7/flux-epilog-gate.rst, DURABILITY).
 HOLD_EVENT=epilog_gate.hold
 CANCEL_EVENT=epilog_gate.cancel
+HOLD_LOG=epilog-gate.holds
+
+# hold_logged ID DESCRIPTION EVENT: wait (up to 5s) until the hold log
+# has entry EVENT for hold DESCRIPTION of job ID; then print the entry.
+hold_logged() {
+	local entry="\"name\":\"$3\",\"context\":{\"id\":$(flux job id $1),\"description\":\"$2\""
+	for i in $(seq 50); do
+		flux kvs get $HOLD_LOG 2>/dev/null | grep -F "$entry" && return 0
+		sleep 0.1
+	done
+	return 1
+}
 
 # Load the installed plugin with load options "$@".
 gate_load() {

@@ -12,8 +12,11 @@
   timers that come due, in deadline order;
 - ``send_activation`` records watcher payloads per sink; :meth:`kill`
   makes a sink dead, so ``send_activation`` to it answers False;
-- :meth:`fail` makes one kind of post (or ``raise_exception``) raise
-  OSError, to check what the gate does when the job-manager refuses.
+- the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
+  and records it in ``commits``;
+- :meth:`fail` makes one kind of post (or ``raise_exception``, or with
+  ``KVS`` a commit) fail with OSError, to check what the gate does when
+  the job-manager refuses.
 """
 
 import errno
@@ -24,6 +27,9 @@ from flux_epilog_gate.gate import SCHED
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
 EXCEPTION = "exception"
+
+#: ``fail()`` key that makes ``kvs_commit`` report an error.
+KVS = "kvs"
 
 
 class FakeJob:
@@ -73,6 +79,8 @@ class FakePort:
         self.dead = set()
         self.logs = []
         self.failures = {}
+        self.kvs = {}
+        self.commits = []
 
     # Driving the fake from a test
 
@@ -106,7 +114,13 @@ class FakePort:
         self.clock = target
 
     def armed_timers(self):
-        return [t for t in self.timers if t.armed]
+        """Armed timers, but the hold log's flush timer."""
+        return [
+            t
+            for t in self.timers
+            if t.armed
+            and type(getattr(t.callback, "__self__", None)).__name__ != "HoldLog"
+        ]
 
     def kill(self, sink):
         """The watcher behind ``sink`` disconnected."""
@@ -159,9 +173,12 @@ class FakePort:
         if errnum is not None:
             raise OSError(errnum, os.strerror(errnum))
 
-    def post(self, jobid, name, context):
-        self._maybe_fail(name)
-        self.events[jobid].append((name, dict(context)))
+    def epilog_start(self, jobid, description, timeout=None):
+        self._maybe_fail("epilog-start")
+        context = {"description": description}
+        if timeout is not None:
+            context["timeout"] = timeout
+        self.events[jobid].append(("epilog-start", context))
 
     def epilog_finish(self, jobid, description, status):
         self._maybe_fail("epilog-finish")
@@ -179,6 +196,15 @@ class FakePort:
 
     def untrack(self, jobid):
         self.tracked.pop(jobid, None)
+
+    def kvs_commit(self, key, text, append, callback):
+        errnum = self.failures.get(KVS)
+        if errnum is not None:
+            callback(OSError(errnum, os.strerror(errnum)))
+            return
+        self.kvs[key] = (self.kvs.get(key, "") if append else "") + text
+        self.commits.append((key, text, append))
+        callback(None)
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, delay, callback)

@@ -40,7 +40,8 @@ def test_plugin_loaded_from_job_manager_plugins_config(instance):
 def test_rule_holds_a_matching_job_from_submit(ruled):
     handle = ruled.handle()
     jobid = submit(handle, urgency=0, **{"system.bb": {"size": 1}})
-    wait_event(handle, jobid, "epilog_gate.hold")
+    wait_event(handle, jobid, "priority")  # rules apply before it
+    assert [h["state"] for h in EpilogGate(handle).list(jobid)] == ["pending"]
     flux.job.cancel(handle, jobid)
     wait_event(handle, jobid, "epilog-start")
     hold = EpilogGate(handle).list(jobid)[0]
@@ -53,7 +54,7 @@ def test_rule_leaves_other_jobs_alone(ruled):
     handle = ruled.handle()
     jobid = submit(handle)
     wait_inactive(handle, jobid)
-    assert "epilog_gate.hold" not in names(eventlog(handle, jobid))
+    assert "epilog-start" not in names(eventlog(handle, jobid))
 
 
 def test_config_reload_applies_new_rules(new_instance):
@@ -62,7 +63,8 @@ def test_config_reload_applies_new_rules(new_instance):
     assert query(inst)["config"]["rules"][0]["description"] == "bb"
     handle = inst.handle()
     jobid = submit(handle, urgency=0, **{"system.bb": 1})
-    wait_event(handle, jobid, "epilog_gate.hold")
+    wait_event(handle, jobid, "priority")  # rules apply before it
+    assert [h["description"] for h in EpilogGate(handle).list(jobid)] == ["bb"]
     EpilogGate(handle).release(jobid, "bb")
     flux.job.cancel(handle, jobid)
     wait_inactive(handle, jobid)

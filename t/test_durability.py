@@ -14,7 +14,7 @@ import pytest
 from jobs import eventlog, names, settle, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holds import HOLD_EVENT
+from flux_epilog_gate.holdlog import KEY, MARKER
 
 #: Timeout of the hold that is active across the restart, and how long
 #: after its activation the restart begins.  A timer restarted from zero
@@ -189,15 +189,14 @@ def test_holds_survive_restart(kind, new_instance, plugin):
     assert start_p.timestamp < clean.timestamp
     assert gate.list() == []
 
-    # The holds are in the jobs' eventlogs, for anyone to see.
-    for jobid, descriptions in (
-        (pend, ["p-plain", "p-timed"]),
-        (act, ["a-plain"]),
-        (timed, ["t-timed"]),
-    ):
-        out = r.inst.flux("job", "eventlog", str(jobid)).stdout
-        for description in descriptions:
-            assert f'{HOLD_EVENT} description="{description}"' in out, out
+    # Active holds are told by their epilog-start, marked as the gate's;
+    # pending ones were in the hold log.
+    for jobid, description in ((pend, "p-plain"), (act, "a-plain"), (timed, "t-timed")):
+        (start,) = _events(handle, jobid, "epilog-start", description)
+        assert start.context[MARKER] is True, start.context
+    log = r.inst.flux("kvs", "get", KEY).stdout
+    for description in ("p-plain", "p-timed"):
+        assert f'"description":"{description}"' in log, log
 
 
 def test_hold_on_running_job_survives_plugin_reload(new_instance, plugin):

@@ -9,6 +9,7 @@ from fakeport import FakePort
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, Gate
+from flux_epilog_gate.holdlog import FLUSH_DELAY, KEY, parse
 from flux_epilog_gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
@@ -79,18 +80,35 @@ def ev(timestamp, name, **context):
 # Registration
 
 
-def test_hold_on_waiting_job_is_pending_and_posts_only_the_hold_event(port, gate):
+def logged(port):
+    """What the hold log holds, by job (see holdlog.parse)."""
+    return parse(port.kvs.get(KEY, ""))[0]
+
+
+def test_hold_on_waiting_job_is_pending_and_posts_nothing(port, gate):
     port.add_job(JOB, SCHED, USER)
     hold, created = gate.hold(JOB, "bb")
     assert created
     assert hold.state == PENDING
-    assert port.events[JOB] == [(HOLD_EVENT, {"description": "bb"})]
+    assert port.events[JOB] == []
 
 
-def test_hold_event_records_the_timeout_for_recovery(port, gate):
+def test_pending_hold_is_recorded_in_the_hold_log_after_the_flush_delay(port, gate):
+    port.add_job(JOB, SCHED, USER)
+    gate.hold(JOB, "bb")
+    assert logged(port) == {}
+    port.advance(FLUSH_DELAY)
+    assert logged(port) == {
+        JOB: [(port.clock - FLUSH_DELAY, HOLD_EVENT, {"description": "bb"})]
+    }
+
+
+def test_hold_log_records_the_timeout_for_recovery(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.hold(JOB, "bb", 30.0)
-    assert port.events[JOB] == [(HOLD_EVENT, {"description": "bb", "timeout": 30.0})]
+    port.advance(FLUSH_DELAY)
+    ((_, _, context),) = logged(port)[JOB]
+    assert context == {"description": "bb", "timeout": 30.0}
 
 
 def test_hold_starts_tracking_the_job_with_its_events(port, gate):
@@ -109,7 +127,8 @@ def test_holding_the_same_description_twice_answers_the_existing_hold(port, gate
     first, _ = gate.hold(JOB, "bb")
     second, created = gate.hold(JOB, "bb", 99.0)
     assert second is first and not created
-    assert port.names(JOB) == [HOLD_EVENT]
+    port.advance(FLUSH_DELAY)
+    assert len(logged(port)[JOB]) == 1
     assert second.timeout is None
 
 
@@ -136,7 +155,8 @@ def test_refused_hold_beyond_max_holds_changes_nothing(port):
     held_job(port, gate, "a")
     with pytest.raises(GateError):
         gate.hold(JOB, "b")
-    assert port.names(JOB) == [HOLD_EVENT]
+    port.advance(FLUSH_DELAY)
+    assert [d for _, _, d in logged(port)[JOB]] == [{"description": "a"}]
     assert [h["description"] for h in gate.list(JOB)] == ["a"]
 
 
@@ -163,13 +183,15 @@ def test_hold_on_inactive_job_is_refused_with_enoent(port, gate):
     assert port.events[JOB] == []
 
 
-def test_hold_whose_event_cannot_be_posted_fails_and_leaves_no_hold(port, gate):
-    port.add_job(JOB, SCHED, USER)
-    port.fail(HOLD_EVENT, errno.ENOMEM)
+def test_hold_whose_epilog_start_cannot_be_posted_fails_and_leaves_no_hold(port, gate):
+    port.add_job(JOB, CLEANUP, USER)
+    port.fail("epilog-start", errno.ENOMEM)
     with pytest.raises(GateError) as info:
         gate.hold(JOB, "bb")
     assert info.value.errnum == errno.ENOMEM
     assert gate.list() == [] and port.tracked == {}
+    port.advance(FLUSH_DELAY)
+    assert logged(port) == {}
 
 
 def test_hold_without_timeout_takes_the_configured_default(port):
@@ -306,7 +328,16 @@ def test_hold_registered_past_the_point_activates_at_once(port, gate):
     port.add_job(JOB, CLEANUP, USER)
     hold, _ = gate.hold(JOB, "bb")
     assert hold.state == ACTIVE
-    assert port.names(JOB) == [HOLD_EVENT, "epilog-start"]
+    assert port.names(JOB) == ["epilog-start"]
+
+
+def test_hold_active_before_the_flush_is_recorded_by_its_epilog_start_only(port, gate):
+    at_point(port, gate, "bb", timeout=30.0)
+    port.advance(FLUSH_DELAY)
+    assert logged(port) == {}
+    assert port.posted_by_gate(JOB, "epilog-start") == [
+        {"description": "bb", "timeout": 30.0}
+    ]
 
 
 def test_hold_registered_after_finish_activates_at_once(port, gate):
@@ -387,8 +418,22 @@ def test_failed_exception_is_logged_and_epilog_finish_still_posted(port, gate):
 def test_release_of_pending_hold_cancels_it_without_epilog_events(port, gate):
     held_job(port, gate, "bb")
     assert gate.release(JOB, "bb") == (True, None)
-    assert port.names(JOB) == [HOLD_EVENT, CANCEL_EVENT]
-    assert port.events[JOB][-1] == (CANCEL_EVENT, {"description": "bb"})
+    assert port.names(JOB) == []
+
+
+def test_release_of_recorded_pending_hold_records_the_cancellation(port, gate):
+    held_job(port, gate, "bb")
+    port.advance(FLUSH_DELAY)
+    gate.release(JOB, "bb")
+    port.advance(FLUSH_DELAY)
+    assert [name for _, name, _ in logged(port)[JOB]] == [HOLD_EVENT, CANCEL_EVENT]
+
+
+def test_hold_cancelled_before_the_flush_is_never_recorded(port, gate):
+    held_job(port, gate, "bb")
+    gate.release(JOB, "bb")
+    port.advance(FLUSH_DELAY)
+    assert logged(port) == {} and port.commits == []
 
 
 def test_release_of_pending_hold_with_status_raises_no_exception(port, gate):
@@ -490,7 +535,7 @@ def test_refused_release_changes_nothing(port, gate):
     held_job(port, gate, "bb")
     with pytest.raises(GateError):
         gate.release(JOB, "other")
-    assert port.names(JOB) == [HOLD_EVENT]
+    assert port.names(JOB) == []
     assert state_of(gate, JOB, "bb") == PENDING
 
 

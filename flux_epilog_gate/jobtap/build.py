@@ -63,8 +63,8 @@ int gate_set_forward (flux_plugin_t *p, int flags);
 int gate_seen_jobmanager (flux_plugin_t *p);
 int gate_track (flux_plugin_t *p, flux_jobid_t id, int events);
 void gate_untrack (flux_plugin_t *p, flux_jobid_t id);
-int gate_post_hold (flux_plugin_t *p, flux_jobid_t id, const char *name,
-                    const char *description, double timeout);
+int gate_epilog_start (flux_plugin_t *p, flux_jobid_t id,
+                       const char *description, double timeout);
 int gate_respond_hold (flux_plugin_t *p, const flux_msg_t *msg,
                        flux_jobid_t id, const char *description,
                        const char *state);

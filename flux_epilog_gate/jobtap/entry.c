@@ -42,6 +42,7 @@ static void gate_py_release (const flux_msg_t *msg, flux_jobid_t id,
 #define GATE_AUX "epilog-gate::held"
 #define GATE_JOB_TOPICS "job.[se][tv][ae][tn][et].*" /* job.state.*, job.event.* */
 #define GATE_JM_AUX "epilog-gate::job-manager"
+#define GATE_MARKER "epilog_gate" /* holdlog.MARKER */
 
 enum gate_job_topic {
     GATE_JOB_NEW = 0,
@@ -518,20 +519,22 @@ static void gate_untrack (flux_plugin_t *p, flux_jobid_t id)
     (void)gate_sync_handlers (p);
 }
 
-/* Post an event whose context is {description[, timeout]} (timeout < 0:
- * none): every event the gate posts has that context.
+/* Post epilog-start, marked as the gate's and with the hold's timeout
+ * (timeout < 0: none), so that the eventlog alone tells an active hold
+ * after a restart (see holdlog.py).
  */
-static int gate_post_hold (flux_plugin_t *p,
-                           flux_jobid_t id,
-                           const char *name,
-                           const char *description,
-                           double timeout)
+static int gate_epilog_start (flux_plugin_t *p,
+                              flux_jobid_t id,
+                              const char *description,
+                              double timeout)
 {
     if (timeout < 0.)
-        return flux_jobtap_event_post_pack (p, id, name, "{s:s}",
-                                            "description", description);
-    return flux_jobtap_event_post_pack (p, id, name, "{s:s s:f}",
+        return flux_jobtap_event_post_pack (p, id, "epilog-start", "{s:s s:b}",
+                                            "description", description,
+                                            GATE_MARKER, 1);
+    return flux_jobtap_event_post_pack (p, id, "epilog-start", "{s:s s:b s:f}",
                                         "description", description,
+                                        GATE_MARKER, 1,
                                         "timeout", timeout);
 }
 

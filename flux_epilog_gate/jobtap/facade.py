@@ -15,15 +15,13 @@ import traceback
 import flux
 import flux.constants
 from flux.core.inner import ffi as flux_ffi
+from flux.core.inner import lib as flux_lib
 from flux.core.inner import raw
 from flux.eventlog import EventLogEvent
 from flux.future import Future
 from flux.job import JobID
 
 from ._entry import ffi, lib
-
-#: Keys of the context of every event the gate posts.
-HOLD_CONTEXT_KEYS = frozenset(("description", "timeout"))
 
 EXCEPTION_TYPE = b"epilog"
 EXCEPTION_SEVERITY = 1
@@ -51,6 +49,7 @@ class Jobtap:
         self.h = lib.flux_jobtap_get_flux(p)
         self._names = {}
         self._lookups = set()
+        self._commits = set()
 
     # Logging and error containment
 
@@ -85,6 +84,8 @@ class Jobtap:
         """
         self.p = None
         self._lookups.clear()
+        # Commits already sent are carried out by the KVS all the same.
+        self._commits.clear()
         self.flux.handle = None
 
     # Jobs
@@ -108,18 +109,13 @@ class Jobtap:
     def posted(self, jobid, name):
         return lib.flux_jobtap_job_event_posted(self.p, jobid, self._name(name)) > 0
 
-    def post(self, jobid, name, context):
-        """Post event ``name``; its context is ``{description[, timeout]}``,
-        packed in C."""
-        if context.keys() - HOLD_CONTEXT_KEYS:
-            raise ValueError(f"{name}: unexpected context {sorted(context)}")
-        timeout = context.get("timeout")
+    def epilog_start(self, jobid, description, timeout=None):
+        """Post ``epilog-start``, marked as the gate's (packed in C)."""
         if (
-            lib.gate_post_hold(
+            lib.gate_epilog_start(
                 self.p,
                 jobid,
-                self._name(name),
-                context["description"].encode(),
+                description.encode(),
                 -1.0 if timeout is None else timeout,
             )
             < 0
@@ -169,12 +165,37 @@ class Jobtap:
         watcher.start()
         return watcher
 
-    def read_eventlog(self, jobid, callback):
-        """Look up the job's eventlog without blocking; later call
-        ``callback(events, error)`` with a list of
-        ``(timestamp, name, context)``, or None and an OSError."""
-        key = f"{JobID(jobid).kvs}.eventlog".encode()
-        future = Future(raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key))
+    def kvs_commit(self, key, text, append, callback):
+        """Write (``append``: append) ``text`` to KVS ``key`` without
+        blocking; later call ``callback(error)``, None on success."""
+        txn = raw.flux_kvs_txn_create()
+        try:
+            flags = flux_lib.FLUX_KVS_APPEND if append else 0
+            raw.flux_kvs_txn_put(txn, flags, key.encode(), text.encode())
+            future = Future(
+                raw.flux_kvs_commit(self.flux.handle, flux_ffi.NULL, 0, txn)
+            )
+        finally:
+            raw.flux_kvs_txn_destroy(txn)
+        self._commits.add(future)
+
+        def done(future):
+            self._commits.discard(future)
+            try:
+                future.get()
+            except OSError as exc:
+                callback(exc)
+                return
+            callback(None)
+
+        future.then(self.contained("kvs commit", done))
+
+    def read_kvs(self, key, callback):
+        """Look up KVS ``key`` without blocking; later call
+        ``callback(text, error)``: the value, or None and an OSError."""
+        future = Future(
+            raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key.encode())
+        )
         self._lookups.add(future)
 
         def done(future):
@@ -182,13 +203,22 @@ class Jobtap:
             try:
                 value = flux_ffi.new("char *[1]")
                 raw.flux_kvs_lookup_get(future.pimpl.handle, value)
-                text = flux_ffi.string(value[0]).decode()
             except OSError as exc:
                 callback(None, exc)
                 return
-            callback(_parse_eventlog(text), None)
+            callback(flux_ffi.string(value[0]).decode(), None)
 
-        future.then(self.contained("eventlog lookup", done))
+        future.then(self.contained("kvs lookup", done))
+
+    def read_eventlog(self, jobid, callback):
+        """Look up the job's eventlog without blocking; later call
+        ``callback(events, error)`` with a list of
+        ``(timestamp, name, context)``, or None and an OSError."""
+
+        def done(text, error):
+            callback(None if error else _parse_eventlog(text), error)
+
+        self.read_kvs(f"{JobID(jobid).kvs}.eventlog", done)
 
     # Services
     #

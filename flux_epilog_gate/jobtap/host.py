@@ -8,17 +8,18 @@ One interpreter outlives ``flux jobtap remove``: the gate of a removed
 plugin is kept and taken over by the next load into the same
 job-manager, so holds survive a reload without reading anything back.  A
 new job-manager (module reload, instance restart) rebuilds the holds from
-the jobs' eventlogs instead.
+the hold log (:mod:`flux_epilog_gate.holdlog`) and the eventlogs of the
+jobs that may have holds instead.
 """
 
 import errno
 import syslog
 import traceback
 
-from .. import protocol
+from .. import holdlog, protocol
 from ..config import Config, ConfigError
 from ..errors import GateError
-from ..gate import NEW, Gate
+from ..gate import CLEANUP, INACTIVE, NEW, RUN, Gate
 from ._entry import ffi, lib
 from .facade import (
     Jobtap,
@@ -52,10 +53,17 @@ class Host:
         self._load_timer = None
         self.seen = set()
         if carried is not None:
-            carried.port = self.jobtap
+            carried.attach(self.jobtap)
             self.gate = carried
         else:
             self.gate = Gate(self.jobtap)
+        # Entries of the hold log by job, once read; jobs waiting for it.
+        self.log = None
+        self.awaiting = []
+        if carried is None or any(job.recovering for job in carried.jobs.values()):
+            self.jobtap.read_kvs(holdlog.KEY, self._log_read)
+        else:
+            self.log = {}
         self._register()
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
@@ -103,12 +111,39 @@ class Host:
             self.gate.begin_recovery(jobid, userid)
             self._recover(jobid)
 
+    def _log_read(self, text, error):
+        if self.jobtap.p is None:
+            return
+        if error is not None and error.errno != errno.ENOENT:
+            self.jobtap.log(syslog.LOG_ERR, f"reading {holdlog.KEY}: {error}")
+        self.log, skipped = holdlog.parse(text if error is None else "")
+        if skipped:
+            self.jobtap.log(
+                syslog.LOG_ERR, f"{holdlog.KEY}: skipped {skipped} malformed entries"
+            )
+        awaiting, self.awaiting = self.awaiting, []
+        for jobid in awaiting:
+            self._recover(jobid)
+
     def _recover(self, jobid):
+        """Rebuild the holds of a job: from its entries in the hold log, and
+        its eventlog if it may have active holds or has entries."""
+        if self.log is None:
+            self.awaiting.append(jobid)
+            return
+        try:
+            state, _ = self.jobtap.job_info(jobid)
+        except OSError:
+            state = INACTIVE
+        entries = self.log.get(jobid, [])
+        if not entries and state not in (RUN, CLEANUP):
+            self.gate.end_recovery(jobid, [])
+            return
         self.jobtap.read_eventlog(
-            jobid, lambda events, error: self._recovered(jobid, events, error)
+            jobid, lambda events, error: self._recovered(jobid, entries, events, error)
         )
 
-    def _recovered(self, jobid, events, error):
+    def _recovered(self, jobid, entries, events, error):
         if self.jobtap.p is None:
             return
         if error is not None:
@@ -116,7 +151,8 @@ class Host:
                 syslog.LOG_ERR, f"recovering job {jobid}: eventlog lookup: {error}"
             )
             events = []
-        self.gate.end_recovery(jobid, events)
+        # A stable sort: at equal times a log entry comes first.
+        self.gate.end_recovery(jobid, sorted(entries + events, key=lambda e: e[0]))
 
     def _loaded(self):
         self._load_timer = None
@@ -150,6 +186,7 @@ class Host:
                     jobs=len(gate.jobs),
                     watchers=len(gate.watchers),
                     gone=len(gate.gone),
+                    log_commits=gate.record.commits,
                 ),
                 "holds": gate.list(),
             },
