@@ -685,6 +685,7 @@ class Bench:
         before = tracemalloc.take_snapshot()
         for jobid in range(2, count + 2):
             gate.hold(jobid, DESCRIPTION)
+        gate.record.flush()  # the steady state: nothing queued
         after = tracemalloc.take_snapshot()
         tracemalloc.stop()
         grown = sum(s.size_diff for s in after.compare_to(before, "filename"))
@@ -695,11 +696,14 @@ class Bench:
 
 
 def orders(configs, reps):
-    """Configuration order of each repetition: rotated, and reversed every
-    other time, so that drift and noise hit every configuration alike."""
+    """Configuration order of each repetition: each rotation of the
+    configurations, forward then reversed.  Over 2 x len(configs)
+    repetitions every configuration runs at every position equally often,
+    so that drift within a repetition (the first configuration runs on a
+    fresher instance than the last) hits every configuration alike."""
     out = []
     for rep in range(reps):
-        k = rep % len(configs)
+        k = (rep // 2) % len(configs)
         order = configs[k:] + configs[:k]
         out.append(order[::-1] if rep % 2 else order)
     return out
@@ -822,8 +826,8 @@ def parse_args(argv=None):
     )
     args = parser.parse_args(argv)
     full = dict(
-        reps=11,
-        jobs_exception=2000,
+        reps=2 * len(CONFIGS),
+        jobs_exception=5000,
         jobs_normal=300,
         outstanding=1000,
         samples=200,
