@@ -84,3 +84,11 @@ def new_instance(plugin):
     for inst in made:
         inst.stop()
         inst.cleanup()
+
+
+@pytest.fixture
+def port():
+    """A fake job-manager for unit tests of the gate logic (no broker)."""
+    from fakeport import FakePort
+
+    return FakePort()

@@ -4,7 +4,6 @@ the job-manager is a FakePort driven by each test."""
 import errno
 
 import pytest
-from fakeport import FakePort
 
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
@@ -24,11 +23,6 @@ JOB = 4242
 JOB2 = 4343
 USER = 1000
 OTHER = 2000
-
-
-@pytest.fixture
-def port():
-    return FakePort()
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ from it, no broker: the KVS is the FakePort's dict."""
 import syslog
 
 import pytest
-from fakeport import KVS, FakePort
+from fakeport import KVS
 
 from flux_epilog_gate import holdlog
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate
@@ -13,11 +13,6 @@ from flux_epilog_gate.holds import ACTIVE, CANCEL_EVENT, HOLD_EVENT, PENDING, Ho
 
 JOB = 4242
 USER = 1000
-
-
-@pytest.fixture
-def port():
-    return FakePort()
 
 
 @pytest.fixture
