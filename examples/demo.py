@@ -44,9 +44,12 @@ def bb_job(handle, run_duration=None, urgency=16):
 
 
 def show(handle, jobid, title):
+    # Wait for the whole eventlog (it ends at clean) before printing, so
+    # that the service's lines come before the job's, not among them.
+    events = list(flux.job.event_watch(handle, jobid))
     print(f"\n== {title}: job {jobid.f58}")
     t0 = None
-    for event in flux.job.event_watch(handle, jobid):
+    for event in events:
         t0 = t0 or event.timestamp
         if event.name in SHOWN:
             context = " ".join(f"{k}={v}" for k, v in event.context.items())
