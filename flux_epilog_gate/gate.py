@@ -337,7 +337,7 @@ class Gate:
     def suspend(self):
         """The plugin is going away: record what is queued, stop every
         timer."""
-        self.record.suspend()
+        self.record.flush()
         for job in self.jobs.values():
             for hold in job.holds.values():
                 self._stop_timer(hold)

@@ -140,10 +140,6 @@ class HoldLog:
             self._commit("".join(lines), append=True)
             self.appends += 1
 
-    def suspend(self):
-        """The plugin goes away: write what is queued now."""
-        self.flush()
-
     def _snapshot(self, live):
         lines = []
         for hold in live:

@@ -24,6 +24,7 @@ import os
 from collections import defaultdict
 
 from flux_epilog_gate.gate import SCHED
+from flux_epilog_gate.holdlog import HoldLog
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
 EXCEPTION = "exception"
@@ -119,7 +120,7 @@ class FakePort:
             t
             for t in self.timers
             if t.armed
-            and type(getattr(t.callback, "__self__", None)).__name__ != "HoldLog"
+            and not isinstance(getattr(t.callback, "__self__", None), HoldLog)
         ]
 
     def kill(self, sink):

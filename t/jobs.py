@@ -1,5 +1,6 @@
 """Helpers for tests: submit jobs, read and wait on their eventlogs."""
 
+import json
 import time
 
 import flux.job
@@ -101,6 +102,11 @@ def named(events, name, description=None):
 def dmesg(instance, text):
     """Lines of the instance's log that contain ``text``."""
     return [line for line in instance.flux("dmesg").stdout.splitlines() if text in line]
+
+
+def query(instance):
+    """What ``flux jobtap query epilog-gate.so`` prints, decoded."""
+    return json.loads(instance.flux("jobtap", "query", "epilog-gate.so").stdout)
 
 
 def release_all(gate):

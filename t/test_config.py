@@ -1,11 +1,9 @@
 """Configuration: hold rules from the [epilog-gate] table, config reload,
 loading from [job-manager] plugins."""
 
-import json
-
 import flux.job
 import pytest
-from jobs import eventlog, names, submit, wait_event, wait_inactive
+from jobs import eventlog, names, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 
@@ -15,10 +13,6 @@ attribute = "system.bb"
 description = "bb"
 timeout = "1m"
 """
-
-
-def query(inst):
-    return json.loads(inst.flux("jobtap", "query", "epilog-gate.so").stdout)
 
 
 def reload_config(inst, text):

@@ -2,20 +2,15 @@
 KVS key epilog-gate.holds, many per write, and holds that become active
 at once are recorded by their epilog-start only."""
 
-import json
 import time
 
 import flux.job
 import pytest
-from jobs import eventlog, named, submit, wait_event, wait_inactive
+from jobs import eventlog, named, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holdlog import KEY, MARKER, parse
 from flux_epilog_gate.holds import HOLD_EVENT
-
-
-def query(inst):
-    return json.loads(inst.flux("jobtap", "query", "epilog-gate.so").stdout)
 
 
 def logged(inst):

@@ -2,7 +2,6 @@
 job-manager: remove and load, bad options, faults contained."""
 
 import errno
-import json
 
 import flux.job
 import pytest
@@ -11,6 +10,7 @@ from jobs import (
     eventlog,
     named,
     names,
+    query,
     set_urgency,
     settle,
     submit,
@@ -22,10 +22,6 @@ from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.testing import Instance
 
 pytestmark = pytest.mark.usefixtures("no_leftover_holds")
-
-
-def query(instance):
-    return json.loads(instance.flux("jobtap", "query", "epilog-gate.so").stdout)
 
 
 def runs_jobs(handle):
