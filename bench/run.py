@@ -41,11 +41,15 @@ BASE_CONFIG = "\n[ingest.validator]\ndisable = true\n"
 
 #: Configurations: name -> (plugin, gated, plugin options).  "plugin" is
 #: "gate" for epilog-gate.so, "native" for bench/native_gate.c, None for
-#: none.  native-durable is not a target: it shows what recording each
-#: hold in its job's eventlog would cost (epilog-gate records pending
-#: holds in batches in a KVS key of its own instead).
+#: none.  bare-again is bare once more, the A/A control: its ratio to
+#: bare shows how far two identical configurations land apart in a run,
+#: the resolution of every other ratio.  native-durable is not a target:
+#: it shows what recording each hold in its job's eventlog would cost
+#: (epilog-gate records pending holds in batches in a KVS key of its own
+#: instead).
 CONFIGS = {
     "bare": (None, False, {}),
+    "bare-again": (None, False, {}),
     "gate-idle": ("gate", False, {}),
     "gate": ("gate", True, {}),
     "native": ("native", True, {}),
@@ -453,13 +457,10 @@ class Bench:
                 request["conf"] = options
             h.rpc("job-manager.jobtap", request).get()
 
-    def batch(self, client, broker, config, workload, ids):
-        """One timed batch of the held jobs ``ids``: figures of the timed
-        phase."""
-        gated = CONFIGS[config][1]
-        n = len(ids)
+    def batch(self, client, broker, workload, gated, ids):
+        """One timed slot of the held jobs ``ids``: raw totals of its timed
+        phase (CPU in ns), summed per configuration by ``combine_slots``."""
         broker.quiesce()
-        log(f"{config} {workload}: timed phase")
         threads0 = broker.threads()
         jm0, broker0 = broker.cpu()
         me0 = self_cpu_ns()
@@ -470,55 +471,72 @@ class Bench:
         jm1, broker1 = broker.cpu()
         threads1 = broker.threads()
         return {
-            "jobs": n,
+            "jobs": len(ids),
             "seconds": t1 - t0,
-            "jobs_per_s": n / (t1 - t0),
-            "jm_cpu_us_per_job": (jm1 - jm0) / n / 1e3,
-            "broker_cpu_us_per_job": (broker1 - broker0) / n / 1e3,
-            "client_cpu_us_per_job": (me1 - me0) / n / 1e3,
-            "thread_cpu_us_per_job": {
-                name: round((ns - threads0.get(name, 0)) / n / 1e3, 1)
+            "jm_ns": jm1 - jm0,
+            "broker_ns": broker1 - broker0,
+            "client_ns": me1 - me0,
+            "threads_ns": {
+                name: ns - threads0.get(name, 0)
                 for name, ns in threads1.items()
                 if ns - threads0.get(name, 0) > 0
             },
         }
 
+    def submit_phase(self, client, workload, sequence):
+        """Untimed set-up of one workload phase: the jobs of a lead-in
+        batch, then of each slot (its warm-up jobs first), submitted in
+        the order they will run."""
+        spec = spec_for(workload)
+        size = self.slot_size(workload)
+        lead_in = client.submit_held(size, spec)
+        slots = []
+        for config in sequence:
+            warm = client.submit_held(self.args.warmup, spec)
+            slots.append((config, warm, client.submit_held(size, spec)))
+        return lead_in, slots
+
+    def slot_size(self, workload):
+        return max(1, self.args.jobs[workload] // self.args.slots)
+
     def throughput_rep(self, order):
-        """One repetition: a fresh instance; every job of the repetition
-        submitted (held) first; then, per workload, every configuration of
-        ``order`` in turn, plugins swapped at run time, so that the timed
-        phases of a repetition follow each other closely.
-        Returns {config: {workload: figures}}."""
+        """One repetition: a fresh instance; per workload, every job of
+        the phase submitted (held) first, an untimed lead-in batch, then
+        the timed slots of ``slot_sequence``, plugins swapped at run time
+        between slots.  Returns {config: {workload: figures}}."""
         out = {config: {} for config in order}
         with self.instance(None, self.args.cores) as inst:
             h = inst.handle()
             client = Client(h)
             broker = Broker(h)
-            jobs, warm = {}, {}
-            t = time.monotonic()
-            for config in order:
-                for workload in WORKLOADS:
-                    spec = spec_for(workload)
-                    n = self.args.jobs[workload]
-                    warm[config, workload] = client.submit_held(self.args.warmup, spec)
-                    jobs[config, workload] = client.submit_held(n, spec)
-            log(f"submitted all jobs in {time.monotonic() - t:.1f}s")
             current = None
             for workload in WORKLOADS:
-                for config in order if workload == "exception" else order[::-1]:
-                    progress(f"  {workload} path: {config}")
+                phase = slot_sequence(
+                    order if workload == "exception" else order[::-1], self.args.slots
+                )
+                t = time.monotonic()
+                lead_in, slots = self.submit_phase(client, workload, phase)
+                log(f"{workload}: submitted in {time.monotonic() - t:.1f}s")
+                progress(f"  {workload} path: {len(slots)} slots")
+                # Whatever runs first on a fresh instance runs faster: give
+                # that to no configuration.
+                self.switch(h, current, "bare")
+                current = "bare"
+                self.drive(client, lead_in, workload, False)
+                raw = {config: [] for config in order}
+                for config, warm, ids in slots:
                     self.switch(h, current, config)
                     current = config
                     plugin_kind, gated, _ = CONFIGS[config]
                     if gated:
                         client.open_watch(self.service(plugin_kind))
-                    log(f"{config} {workload}: warm-up")
-                    self.drive(client, warm[config, workload], workload, gated)
-                    out[config][workload] = self.batch(
-                        client, broker, config, workload, jobs[config, workload]
-                    )
-                    out[config].setdefault("loadavg", loadavg()[0])
+                    self.drive(client, warm, workload, gated)
+                    raw[config].append(self.batch(client, broker, workload, gated, ids))
                     client.close_watch()
+                    log(f"{config} {workload}: {raw[config][-1]['seconds']:.2f}s")
+                for config in order:
+                    out[config][workload] = combine_slots(raw[config])
+                    out[config].setdefault("loadavg", loadavg()[0])
                 # Forget the inactive jobs before the next workload.
                 inst.flux("job", "purge", "--force", "--num-limit=0", timeout=300)
             self.switch(h, current, "bare")
@@ -695,18 +713,47 @@ class Bench:
 # Running the whole benchmark
 
 
-def orders(configs, reps):
-    """Configuration order of each repetition: each rotation of the
-    configurations, forward then reversed.  Over 2 x len(configs)
-    repetitions every configuration runs at every position equally often,
-    so that drift within a repetition (the first configuration runs on a
-    fresher instance than the last) hits every configuration alike."""
+def slot_sequence(order, slots):
+    """The timed slots of one workload phase: ``order`` forward, then
+    backward, and so on, ``slots`` times.  Each configuration's slots
+    then sit at the same mean position, so that a drift of the machine's
+    speed during the phase hits every configuration alike."""
     out = []
-    for rep in range(reps):
-        k = (rep // 2) % len(configs)
-        order = configs[k:] + configs[:k]
-        out.append(order[::-1] if rep % 2 else order)
+    for slot in range(slots):
+        out.extend(order if slot % 2 == 0 else order[::-1])
     return out
+
+
+def orders(configs, reps):
+    """Configuration order of each repetition: a rotation of the
+    configurations, one step further in each repetition.  Within a
+    repetition the slots mirror the order (``slot_sequence``), so every
+    configuration already sits at the same mean position; the rotation
+    changes which one runs first and next to which."""
+    return [configs[k:] + configs[:k] for k in (r % len(configs) for r in range(reps))]
+
+
+def combine_slots(slots):
+    """One configuration's figures in one repetition, from the raw totals
+    of its slots."""
+    n = sum(slot["jobs"] for slot in slots)
+    seconds = sum(slot["seconds"] for slot in slots)
+    threads = {}
+    for slot in slots:
+        for name, ns in slot["threads_ns"].items():
+            threads[name] = threads.get(name, 0) + ns
+    return {
+        "jobs": n,
+        "seconds": seconds,
+        "jobs_per_s": n / seconds,
+        "slot_jobs_per_s": [slot["jobs"] / slot["seconds"] for slot in slots],
+        "jm_cpu_us_per_job": sum(s["jm_ns"] for s in slots) / n / 1e3,
+        "broker_cpu_us_per_job": sum(s["broker_ns"] for s in slots) / n / 1e3,
+        "client_cpu_us_per_job": sum(s["client_ns"] for s in slots) / n / 1e3,
+        "thread_cpu_us_per_job": {
+            name: round(ns / n / 1e3, 1) for name, ns in threads.items()
+        },
+    }
 
 
 def median(values):
@@ -741,6 +788,7 @@ def summarize(runs, configs):
             }
     ratios = {}
     pairs = [
+        ("bare-again", "bare"),
         ("gate-idle", "bare"),
         ("gate", "native"),
         ("native-durable", "native"),
@@ -788,6 +836,11 @@ def parse_args(argv=None):
     )
     parser.add_argument("--jobs-normal", type=int, help="jobs per normal-path run")
     parser.add_argument(
+        "--slots",
+        type=int,
+        help="timed slots each run is split into, in mirrored order",
+    )
+    parser.add_argument(
         "--outstanding",
         type=int,
         help="active holds outstanding while release latency is sampled",
@@ -826,9 +879,10 @@ def parse_args(argv=None):
     )
     args = parser.parse_args(argv)
     full = dict(
-        reps=2 * len(CONFIGS),
+        reps=10,
         jobs_exception=5000,
         jobs_normal=300,
+        slots=2,
         outstanding=1000,
         samples=200,
         list_holds=10000,
@@ -841,6 +895,7 @@ def parse_args(argv=None):
         reps=2,
         jobs_exception=100,
         jobs_normal=30,
+        slots=2,
         outstanding=50,
         samples=20,
         list_holds=300,
@@ -1015,6 +1070,14 @@ def report(results):
         value = fmt(t["value"]) + t["unit"]
         add(f"  {t['name']:<46} {t['target']:>9}  {value:>10}  {verdict}")
     tp = results.get("throughput")
+    control = tp and tp["ratios"].get("bare-again/bare/exception")
+    if control:
+        normal = tp["ratios"]["bare-again/bare/normal"]
+        add(
+            f"  {'A/A control: bare-again / bare (ideal 1.00)':<46} "
+            f"{'':>9}  {fmt(control['jobs_per_s']):>10}  exception path, "
+            f"{fmt(normal['jobs_per_s'])} normal path"
+        )
     if tp:
         add("")
         reps = params["reps"]

@@ -1,0 +1,71 @@
+"""Unit tests of the benchmark's plan and arithmetic (bench/run.py), no
+broker: the order configurations run in, and how slots add up."""
+
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+import run as bench  # noqa: E402
+
+CONFIGS = ["a", "b", "c", "d"]
+
+
+def plan(slots):
+    return bench.slot_sequence(CONFIGS, slots)
+
+
+@pytest.mark.parametrize("slots", [2, 4, 6])
+def test_mirrored_slots_give_every_configuration_the_same_mean_position(slots):
+    sequence = plan(slots)
+    assert len(sequence) == slots * len(CONFIGS)
+    positions = {c: [i for i, x in enumerate(sequence) if x == c] for c in CONFIGS}
+    means = {sum(p) / len(p) for p in positions.values()}
+    assert len(means) == 1
+
+
+def test_slots_run_forward_then_backward():
+    assert plan(2) == ["a", "b", "c", "d", "d", "c", "b", "a"]
+
+
+def test_each_repetition_starts_with_the_next_configuration():
+    firsts = [order[0] for order in bench.orders(CONFIGS, 6)]
+    assert firsts == ["a", "b", "c", "d", "a", "b"]
+    for order in bench.orders(CONFIGS, 6):
+        assert sorted(order) == CONFIGS
+
+
+def slot(jobs, seconds, jm_ns, threads):
+    return {
+        "jobs": jobs,
+        "seconds": seconds,
+        "jm_ns": jm_ns,
+        "broker_ns": 2 * jm_ns,
+        "client_ns": jm_ns // 2,
+        "threads_ns": threads,
+    }
+
+
+def test_a_configurations_rate_is_its_jobs_over_its_slots_time():
+    # 2000 jobs in 5 s, not the mean of the slots' rates (625 jobs/s).
+    figures = bench.combine_slots(
+        [slot(1000, 1.0, 10**8, {"kvs": 10**8}), slot(1000, 4.0, 3 * 10**8, {})]
+    )
+    assert figures["jobs"] == 2000
+    assert figures["jobs_per_s"] == pytest.approx(400.0)
+    assert figures["slot_jobs_per_s"] == [1000.0, 250.0]
+    assert figures["jm_cpu_us_per_job"] == pytest.approx(200.0)
+    assert figures["broker_cpu_us_per_job"] == pytest.approx(400.0)
+    assert figures["thread_cpu_us_per_job"] == {"kvs": 50.0}
+
+
+def test_the_control_ratio_is_reported_with_the_others():
+    rows = {"jobs_per_s": 100.0, "jm_cpu_us_per_job": 10.0}
+    runs = [
+        {c: {w: dict(rows) for w in bench.WORKLOADS} for c in ("bare", "bare-again")}
+    ]
+    runs[0]["bare-again"]["exception"]["jobs_per_s"] = 90.0
+    _, ratios = bench.summarize(runs, ["bare", "bare-again"])
+    assert ratios["bare-again/bare/exception"]["jobs_per_s"] == pytest.approx(0.9)
+    assert ratios["bare-again/bare/normal"]["jobs_per_s"] == pytest.approx(1.0)
