@@ -137,9 +137,8 @@ class Broker:
 
     def quiesce(self, interval=0.1, idle_ns=3e6, limit=30.0):
         """Wait until the broker is idle: less than ``idle_ns`` of CPU in
-        ``interval`` seconds (or ``limit`` seconds have passed).  Loading
-        epilog-gate with ten thousand active jobs keeps it busy for several
-        seconds (every job's holds are read back from its eventlog)."""
+        ``interval`` seconds (or ``limit`` seconds have passed).  After a
+        batch the KVS and the content store go on writing for a while."""
         deadline = time.monotonic() + limit
         last = self.cpu()[1]
         while time.monotonic() < deadline:
@@ -823,6 +822,19 @@ def loadavg():
         return [float(x) for x in f.read().split()[:3]]
 
 
+#: Options that count something: at least 1.
+COUNTS = (
+    "reps",
+    "jobs_exception",
+    "jobs_normal",
+    "slots",
+    "outstanding",
+    "samples",
+    "list_holds",
+    "cores",
+)
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -907,7 +919,13 @@ def parse_args(argv=None):
     for key, value in (quick if args.quick else full).items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+    for key in COUNTS:
+        if getattr(args, key) < 1:
+            parser.error(f"--{key.replace('_', '-')} must be at least 1")
     args.jobs = {"exception": args.jobs_exception, "normal": args.jobs_normal}
+    for workload, n in args.jobs.items():
+        if args.slots > n:
+            parser.error(f"--slots {args.slots} is more than --jobs-{workload} {n}")
     args.configs = args.configs.split(",") if args.configs else list(CONFIGS)
     for config in args.configs:
         if config not in CONFIGS:

@@ -384,11 +384,7 @@ class Gate:
             if name in PROGRESS_EVENTS:
                 seen.add(name)
             elif name == HOLD_EVENT and description not in job.holds:
-                hold = Hold(
-                    job.id, description, job.userid, timestamp, context.get("timeout")
-                )
-                hold.logged = True
-                job.holds[description] = hold
+                self._replayed_hold(job, timestamp, context).logged = True
             elif name == CANCEL_EVENT:
                 job.holds.pop(description, None)
             elif name == "epilog-start" and description == RECOVERY_DESCRIPTION:
@@ -405,16 +401,19 @@ class Gate:
         return seen
 
     @staticmethod
-    def _replay_start(job, timestamp, context):
-        # A hold that became active before its pending record was written
-        # is known from its marked epilog-start alone.
+    def _replayed_hold(job, timestamp, context):
+        """The hold a recorded entry names, made if the job lacks it."""
         description = context["description"]
-        hold = job.holds.get(description)
-        if hold is None:
-            hold = Hold(
+        if description not in job.holds:
+            job.holds[description] = Hold(
                 job.id, description, job.userid, timestamp, context.get("timeout")
             )
-            job.holds[description] = hold
+        return job.holds[description]
+
+    def _replay_start(self, job, timestamp, context):
+        # A hold that became active before its pending record was written
+        # is known from its marked epilog-start alone.
+        hold = self._replayed_hold(job, timestamp, context)
         hold.state = ACTIVE
         hold.t_start = timestamp
 

@@ -69,3 +69,20 @@ def test_the_control_ratio_is_reported_with_the_others():
     _, ratios = bench.summarize(runs, ["bare", "bare-again"])
     assert ratios["bare-again/bare/exception"]["jobs_per_s"] == pytest.approx(0.9)
     assert ratios["bare-again/bare/normal"]["jobs_per_s"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--slots", "0"], "--slots must be at least 1"),
+        (["--reps", "-1"], "--reps must be at least 1"),
+        (["--jobs-normal", "0"], "--jobs-normal must be at least 1"),
+        (["--quick", "--slots", "40"], "--slots 40 is more than --jobs-normal 30"),
+        (["--configs", "bare,nope"], "unknown configuration 'nope'"),
+    ],
+)
+def test_a_bad_option_is_refused_with_a_message_that_names_it(argv, message, capsys):
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(argv)
+    assert exc.value.code == 2
+    assert message in capsys.readouterr().err
