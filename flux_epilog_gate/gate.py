@@ -24,9 +24,10 @@ through a *port*, an object with these methods (the real one is
 ``timer(delay, callback)``
     call ``callback()`` after ``delay`` seconds; returns an object with
     ``stop()``
-``kvs_commit(key, text, append, callback)``
+``kvs_commit(key, text, append, callback, sync)``
     write (or with ``append``, append) ``text`` to KVS key ``key``
-    without blocking; later call ``callback(error)``, with None on success
+    without blocking (with ``sync``, checkpointed before it answers);
+    later call ``callback(error)``, with None on success
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran}``) to a
     watcher; returns False if the watcher is gone
@@ -40,7 +41,7 @@ from collections import OrderedDict
 
 from .config import Config
 from .errors import GateError
-from .holdlog import MARKER, HoldLog
+from .holdlog import MARKER, HoldLog, NotConfirmed
 from .holds import (
     ACTIVE,
     CANCEL_EVENT,
@@ -48,6 +49,7 @@ from .holds import (
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
+    RELEASE_EVENT,
     TIMEOUT_STATUS,
     Hold,
 )
@@ -152,7 +154,7 @@ class Gate:
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
         self.port = port
-        self.record.port = port
+        self.record.resume(port)
 
     def holds(self):
         """Every hold of every job, or None while some job's holds are
@@ -163,15 +165,22 @@ class Gate:
 
     # Requests
 
-    def hold(self, jobid, description, timeout=None):
+    def hold(self, jobid, description, timeout=None, done=None):
         """Register a hold; return ``(hold, created)``.
 
         Holding the same ``(jobid, description)`` again answers the
-        existing hold.
+        existing hold.  The hold is in force at once; ``done(hold,
+        error)`` is called once its record is durable (``error`` None),
+        the moment to answer the request.  If the record cannot be
+        committed, a hold this call created is withdrawn before ``done``
+        is told the error.
         """
         job = self.jobs.get(jobid)
         if job and description in job.holds:
-            return job.holds[description], False
+            existing = job.holds[description]
+            if done is not None:
+                self.record.barrier(lambda error: done(existing, error))
+            return existing, False
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
@@ -197,9 +206,28 @@ class Gate:
         job.holds[description] = hold
         self.gone.discard(jobid, description)
         self.stats["held"] += 1
-        if hold.state == PENDING:
-            self.record.add(hold)
+        self.record.hold(
+            hold, None if done is None else lambda error: self._held(hold, error, done)
+        )
         return hold, True
+
+    def _held(self, hold, error, done):
+        if error is not None and not isinstance(error, NotConfirmed):
+            self._withdraw(hold)
+        done(hold, error)
+
+    def _withdraw(self, hold):
+        """Undo a hold whose record could not be committed (if it is still
+        there): its request is answered with an error."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        self.port.log(
+            syslog.LOG_ERR,
+            f"{f58(hold.id)}: hold {hold.description} withdrawn: "
+            "its record could not be committed",
+        )
+        self._finish(job, hold, 0, "withdrawn: its record could not be committed")
 
     def apply_rules(self, jobid, attributes):
         """Register the holds that configured rules give a new job."""
@@ -213,14 +241,27 @@ class Gate:
                         f"{f58(jobid)}: rule {rule.attribute}: {exc.message}",
                     )
 
-    def release(self, jobid, description, status=0):
-        """Release a hold; return ``(released, reason)``."""
+    def release(self, jobid, description, status=0, done=None):
+        """Release a hold; return ``(released, reason)``.
+
+        The release takes effect at once; ``done((released, reason),
+        error)`` is called once its record (if it needs one) and every
+        record before it are durable.
+        """
         job = self.jobs.get(jobid)
         hold = job.holds.get(description) if job else None
         if hold is None:
-            return False, self._why_gone(jobid, description, job)
-        self._finish(job, hold, status, "released")
-        return True, None
+            result = (False, self._why_gone(jobid, description, job))
+        else:
+            result = (True, None)
+        # Bound before anything is recorded: done() may run at once.
+        recorded = None if done is None else lambda error: done(result, error)
+        if hold is None:
+            if recorded is not None:
+                self.record.barrier(recorded)
+        else:
+            self._finish(job, hold, status, "released", recorded)
+        return result
 
     def list(self, jobid=None, userid=None):
         """Return list entries of all holds, or of one job's; only those of
@@ -309,7 +350,7 @@ class Gate:
         # not necessarily in ``events``: keep it.
         placeholder, fresh = job.placeholder, job.holds
         job.holds = {}
-        seen = self._replay(job, events)
+        seen, unfinished = self._replay(job, events)
         job.placeholder = job.placeholder or placeholder
         for description, hold in fresh.items():
             if description not in job.holds:
@@ -326,6 +367,10 @@ class Gate:
                 self._arm_timer(hold)
         if self._past_point(job, state):
             self._reach_point(job)
+        # After the pending holds became active: these finishes may let
+        # the job go on to clean.
+        for hold, status in unfinished:
+            self._finish_released(job, hold, status)
         if job.placeholder:
             job.placeholder = False
             self._post_finish(jobid, RECOVERY_DESCRIPTION, 0)
@@ -335,9 +380,9 @@ class Gate:
     # Reload into the same job-manager
 
     def suspend(self):
-        """The plugin is going away: record what is queued, stop every
-        timer."""
-        self.record.flush()
+        """The plugin is going away: send what is queued (its requests
+        are answered as not confirmed), stop every timer."""
+        self.record.suspend()
         for job in self.jobs.values():
             for hold in job.holds.values():
                 self._stop_timer(hold)
@@ -378,15 +423,29 @@ class Gate:
         self.gone.trim()
 
     def _replay(self, job, events):
+        """Replay a job's log entries and eventlog, merged in time order;
+        return the progress events seen, and the released holds whose
+        ``epilog-finish`` is missing, with their status."""
         seen = set()
+        # Released holds awaiting their epilog-finish, by description.
+        released = {}
         for timestamp, name, context in events:
             description = context.get("description")
             if name in PROGRESS_EVENTS:
                 seen.add(name)
             elif name == HOLD_EVENT and description not in job.holds:
-                self._replayed_hold(job, timestamp, context).logged = True
+                self._replayed_hold(job, timestamp, context)
             elif name == CANCEL_EVENT:
                 job.holds.pop(description, None)
+            elif name == RELEASE_EVENT and description in job.holds:
+                hold = job.holds.pop(description)
+                self.gone.add(job.id, description, "released")
+                # A hold never started needs no epilog-finish.
+                if hold.state == ACTIVE:
+                    released[description] = (hold, context.get("status", 0))
+            elif name == "epilog-finish" and description in released:
+                # The finish of the released hold (the oldest start).
+                del released[description]
             elif name == "epilog-start" and description == RECOVERY_DESCRIPTION:
                 job.placeholder = True
             elif name == "epilog-start" and (
@@ -398,7 +457,7 @@ class Gate:
             elif name == "epilog-finish" and description in job.holds:
                 del job.holds[description]
                 self.gone.add(job.id, description, "released")
-        return seen
+        return seen, list(released.values())
 
     @staticmethod
     def _replayed_hold(job, timestamp, context):
@@ -517,7 +576,25 @@ class Gate:
             hold.timer.stop()
             hold.timer = None
 
-    def _finish(self, job, hold, status, reason):
+    def _finish_released(self, job, hold, status):
+        """Post the ``epilog-finish`` (and exception) of an acknowledged
+        release that a crash kept out of the job's eventlog."""
+        self.port.log(
+            syslog.LOG_INFO,
+            f"{f58(job.id)}: finishing hold {hold.description}, released "
+            "before the restart",
+        )
+        hold.state = GONE
+        self.stats["released"] += 1
+        if status != 0:
+            self.stats["failed"] += 1
+            self._raise(job.id, hold, status, "released")
+        self._post_finish(job.id, hold.description, status)
+        # Recorded again, so that snapshots keep it while this
+        # epilog-finish is not yet checkpointed.
+        self.record.release(hold, status)
+
+    def _finish(self, job, hold, status, reason, done=None):
         # Forget the hold before posting: epilog-finish may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
@@ -528,13 +605,17 @@ class Gate:
             self._untrack(job)
         if was == PENDING:
             self.stats["cancelled"] += 1
-            self.record.cancel(hold)
+            self.record.cancel(hold, done)
             return
-        self.stats["timedout" if reason == "timed out" else "released"] += 1
+        timedout = reason == "timed out"
+        self.stats["timedout" if timedout else "released"] += 1
         if status != 0:
             self.stats["failed"] += 1
             self._raise(job.id, hold, status, reason)
         self._post_finish(job.id, hold.description, status)
+        # A timeout needs no record: after a crash it expires again.
+        if not timedout:
+            self.record.release(hold, status, done)
 
     def _raise(self, jobid, hold, status, reason):
         what = f"epilog-gate: hold {hold.description}"

@@ -1,37 +1,73 @@
-"""The durable record of pending holds: one KVS key, written in batches.
+"""The durable record of holds: one KVS key, written in synced group commits.
 
-A hold must survive a restart of the instance while it is *pending*; once
-it is active, the ``epilog-start`` the gate posted to the job's eventlog
-records it (with its timeout, see :data:`MARKER`), and ``epilog-finish``
-records its end.  So the gate keeps pending holds in an eventlog of its
-own, the KVS key :data:`KEY`, rather than in each job's eventlog: a record
-in a job's eventlog costs the KVS a rewrite of the job's directory and
-the job-manager a copy of the entry for as long as the job lives, while
-one append here carries every hold of a batch.
+An acknowledged ``hold`` or ``release`` must survive a crash of the
+broker.  A KVS commit is not enough for that: after a SIGKILL the
+instance restarts from its last KVS *checkpoint*, and the job-manager's
+own events (``epilog-start``, ``epilog-finish``) are committed without
+one, in batches.  So every hold and every release is recorded here, in
+an eventlog of the gate's own, the KVS key :data:`KEY`, committed with
+``FLUX_KVS_SYNC`` (the content store is flushed and the new root
+checkpointed before the commit answers), and a request is answered only
+once the commit that carries its record has succeeded.
 
 Entries (RFC 18 eventlog lines):
 
 ``epilog_gate.hold {id, description[, timeout]}``
-    a hold was registered (its timestamp is the hold's ``t_hold``)
+    a hold was registered (its timestamp is the hold's ``t_hold``); every
+    hold gets one, also a hold that becomes active at once, so the log
+    names every job that has holds
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
+``epilog_gate.release {id, description, status}``
+    an active hold was released: its ``epilog-finish`` reaches the job's
+    eventlog only with the job-manager's own (unsynced) event batch, so
+    recovery finishes a hold that has this entry but no ``epilog-finish``
 
-The log is appended to at most every :data:`FLUSH_DELAY` seconds, with the
-holds registered meanwhile that are still pending then: a hold that became
-active or was cancelled in between is recorded by the job's eventlog, or
-not needed.  The job-manager writes its own events in batches the same
-way, so a hold is as durable as the job's events.  Every
-:data:`MAX_APPENDS` appends, the log is replaced by a snapshot of the
-current holds, so that it stays short.
+An active hold is also told by the ``epilog-start`` the gate posted,
+marked with :data:`MARKER` and the hold's timeout: that is where its
+``t_start`` comes from.  A ``released: false`` answer and a duplicate
+hold record nothing, but are answered only once every record already
+queued or in flight is durable, so no answer runs ahead of the log.
+
+**Group commit.**  At most one commit is in flight.  Records made
+meanwhile are queued and all go into the next commit, which is sent as
+soon as the one in flight has answered; the answers of a batch are sent
+when its commit succeeds.  A pipelining client, or many clients, thus
+share one sync among all the requests of a round trip to the KVS.
+
+**A failed commit** is logged; every request of its batch is answered
+with the error.  Where that can be undone, the gate undoes it: a hold
+created by a failed request is withdrawn (see
+:meth:`flux_epilog_gate.gate.Gate.hold`).  A release cannot be undone
+(its ``epilog-finish`` is posted already); it is answered with the
+error.  The failed batch's records are sent again with the next commit,
+so the log stays a faithful history.
+
+**Unload.**  A commit already sent is carried out by the KVS whatever
+becomes of the plugin; the requests still waiting are answered with
+:class:`NotConfirmed` (the request may have taken effect: send it
+again, it is idempotent), the queued records are sent, and a gate taken
+over by the next load writes every record that was not confirmed again.
+
+**Snapshots.**  Every :data:`MAX_APPENDS` appends the log is replaced by
+a snapshot: a hold entry for every current hold, and the release
+entries of the last :data:`RELEASE_GRACE` seconds.  The job-manager
+sends the batch that carries a release's ``epilog-finish`` within its
+event batch timeout (10 ms); a synced commit sent after that checkpoints
+it too, since the KVS applies one sender's commits in order.  Older
+release entries are no longer needed, nor are cancel entries (the
+snapshot drops the cancelled hold's entry with them).
 
 This module is plain Python; it reaches the KVS through the gate's port
-(``kvs_commit(key, text, append, callback)``).
+(``kvs_commit(key, text, append, callback, sync)``).
 """
 
+import errno
 import json
 import syslog
+from collections import deque
 
-from .holds import CANCEL_EVENT, HOLD_EVENT, PENDING
+from .holds import CANCEL_EVENT, HOLD_EVENT, RELEASE_EVENT
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -40,12 +76,28 @@ KEY = "epilog-gate.holds"
 #: an active hold is recovered from the job's eventlog alone.
 MARKER = "epilog_gate"
 
-#: Seconds between a hold and the append that records it.
-FLUSH_DELAY = 0.01
-
 #: Appends between snapshots.  Each append adds a reference to the key's
 #: value, which the KVS rewrites on every append.
 MAX_APPENDS = 256
+
+#: Seconds a release entry is kept by snapshots: far longer than the
+#: job-manager takes to send the event batch with its ``epilog-finish``.
+RELEASE_GRACE = 2.0
+
+#: Entry names the log may contain.
+ENTRY_NAMES = frozenset((HOLD_EVENT, CANCEL_EVENT, RELEASE_EVENT))
+
+
+class NotConfirmed(OSError):
+    """A record whose commit was sent, but whose outcome this plugin
+    instance will not learn (it is being unloaded)."""
+
+    def __init__(self):
+        super().__init__(
+            errno.EAGAIN,
+            "epilog-gate was unloaded before the record was committed: "
+            "the request may have taken effect, send it again",
+        )
 
 
 def hold_entry(hold):
@@ -60,6 +112,15 @@ def cancel_entry(hold, timestamp):
     """The log line that records the cancellation of pending ``hold``."""
     return _line(
         timestamp, CANCEL_EVENT, {"id": hold.id, "description": hold.description}
+    )
+
+
+def release_entry(hold, status, timestamp):
+    """The log line that records the release of active ``hold``."""
+    return _line(
+        timestamp,
+        RELEASE_EVENT,
+        {"id": hold.id, "description": hold.description, "status": status},
     )
 
 
@@ -83,7 +144,7 @@ def parse(text):
             context = dict(entry["context"])
             jobid = context.pop("id")
             item = (float(entry["timestamp"]), entry["name"], context)
-            if not isinstance(jobid, int) or item[1] not in (HOLD_EVENT, CANCEL_EVENT):
+            if not isinstance(jobid, int) or item[1] not in ENTRY_NAMES:
                 raise ValueError(line)
         except (ValueError, KeyError, TypeError):
             skipped += 1
@@ -93,81 +154,150 @@ def parse(text):
 
 
 class HoldLog:
-    """Batches the records of pending holds and writes them to :data:`KEY`.
+    """Records of holds, group-committed to :data:`KEY` with a sync.
 
     ``holds`` is a callable that returns every current hold for a
     snapshot, or None while a snapshot would miss some (holds still being
-    recovered from the log).
+    recovered from the log).  Each ``callback`` given is called once, as
+    ``callback(error)``: None once the record is durable, else an OSError.
     """
 
     def __init__(self, port, holds):
         self.port = port
         self.holds = holds
-        self.queue = []
-        self.timer = None
+        # The next batch: its lines and the callbacks waiting on it.
+        self.lines = []
+        self.waiters = []
+        # The commit in flight: its lines and callbacks (None: no commit).
+        self.sent = []
+        self.inflight = None
+        # Release entries a snapshot keeps: (timestamp, line).
+        self.recent = deque()
+        # Records a previous plugin instance could not confirm.
+        self.unconfirmed = []
+        self.sync = True
         self.appends = 0
         self.commits = 0
 
-    def add(self, hold):
+    # Records
+
+    def hold(self, hold, callback=None):
         """``hold`` was registered."""
-        self.queue.append(hold)
-        self._arm()
+        self._record(hold_entry(hold), callback)
 
-    def cancel(self, hold):
-        """Pending ``hold`` was released.  Only a hold already in the log
-        needs a record of that."""
-        if hold.logged:
-            self.queue.append(cancel_entry(hold, self.port.now()))
-            self._arm()
+    def cancel(self, hold, callback=None):
+        """Pending ``hold`` was released."""
+        self._record(cancel_entry(hold, self.port.now()), callback)
 
-    def flush(self):
-        """Write what is queued now."""
-        self._disarm()
-        lines = []
-        for item in self.queue:
-            if isinstance(item, str):
-                lines.append(item)
-            elif item.state == PENDING and not item.logged:
-                lines.append(hold_entry(item))
-                item.logged = True
-        self.queue = []
-        if not lines:
+    def release(self, hold, status, callback=None):
+        """Active ``hold`` was released with ``status``."""
+        now = self.port.now()
+        line = release_entry(hold, status, now)
+        self.recent.append((now, line))
+        self._record(line, callback)
+
+    def barrier(self, callback):
+        """Call ``callback`` once every record made so far is durable."""
+        if self.lines:
+            self.waiters.append(callback)
+            self._kick()
+        elif self.inflight is not None:
+            self.inflight.append(callback)
+        else:
+            callback(None)
+
+    def _record(self, line, callback):
+        self.lines.append(line)
+        if callback is not None:
+            self.waiters.append(callback)
+        self._kick()
+
+    # Commits
+
+    def _kick(self):
+        """Send the next batch, unless a commit is in flight."""
+        if self.inflight is not None or not self.lines:
             return
+        self.sent, self.lines = self.lines, []
+        self.inflight, self.waiters = self.waiters, []
+        self._send()
+
+    def _send(self):
         live = self.holds() if self.appends >= MAX_APPENDS else None
         if live is not None:
-            self._snapshot(live)
+            text, append = self._snapshot(live), False
+            self.appends = 0
         else:
-            self._commit("".join(lines), append=True)
+            text, append = "".join(self.sent), True
             self.appends += 1
-
-    def _snapshot(self, live):
-        lines = []
-        for hold in live:
-            hold.logged = True
-            lines.append(hold_entry(hold))
-        self._commit("".join(lines), append=False)
-        self.appends = 0
-
-    def _commit(self, text, append):
         self.commits += 1
         try:
-            self.port.kvs_commit(KEY, text, append, self._committed)
+            self.port.kvs_commit(KEY, text, append, self._committed, sync=self.sync)
         except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {exc}")
+            self._committed(exc)
+
+    def _snapshot(self, live):
+        horizon = self.port.now() - RELEASE_GRACE
+        while self.recent and self.recent[0][0] < horizon:
+            self.recent.popleft()
+        releases = [line for _, line in self.recent]
+        return "".join([hold_entry(hold) for hold in live] + releases)
 
     def _committed(self, error):
+        if error is not None and error.errno == errno.ENOSYS and self.sync:
+            # No content backing store: nothing can be checkpointed.
+            self.sync = False
+            self.port.log(
+                syslog.LOG_ERR,
+                f"{KEY}: the KVS cannot sync ({error.strerror}): "
+                "holds are recorded without a checkpoint",
+            )
+            self._send()
+            return
+        waiters, self.inflight = self.inflight, None
+        fresh = error is None or bool(self.lines)
         if error is not None:
             self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {error}")
+            # Written again with the next commit; not sent now, so that a
+            # KVS that keeps failing is not retried in a loop.
+            self.lines[:0] = self.sent
+            error = OSError(
+                error.errno or errno.EIO, f"recording in {KEY} failed: {error.strerror}"
+            )
+        self.sent = []
+        self._answer(waiters or (), error)
+        if fresh:
+            self._kick()
 
-    def _arm(self):
-        if self.timer is None:
-            self.timer = self.port.timer(FLUSH_DELAY, self._fire)
+    def _answer(self, waiters, error):
+        for callback in waiters:
+            try:
+                callback(error)
+            except Exception:  # noqa: BLE001 - one answer must not stop the rest
+                self.port.log(syslog.LOG_ERR, f"{KEY}: answering a request failed")
 
-    def _fire(self):
-        self.timer = None
-        self.flush()
+    # Plugin unload and load
 
-    def _disarm(self):
-        if self.timer is not None:
-            self.timer.stop()
-            self.timer = None
+    def suspend(self):
+        """The plugin is going away: send what is queued, answer every
+        waiting request with :class:`NotConfirmed`, and keep the records
+        not known to be durable for the next plugin instance."""
+        waiters = (self.inflight or []) + self.waiters
+        self.unconfirmed = self.sent + self.lines
+        if self.lines:
+            try:
+                self.port.kvs_commit(
+                    KEY, "".join(self.lines), True, lambda error: None, sync=self.sync
+                )
+            except OSError as exc:
+                self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {exc}")
+        self.lines, self.waiters, self.sent, self.inflight = [], [], [], None
+        self._answer(waiters, NotConfirmed())
+
+    def resume(self, port):
+        """The next plugin instance takes the log over: write again what
+        the previous one could not confirm (entries are idempotent on
+        replay)."""
+        self.port = port
+        self.lines[:0], self.unconfirmed = self.unconfirmed, []
+        self._kick()

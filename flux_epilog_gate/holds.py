@@ -20,12 +20,13 @@ TIMEOUT_STATUS = 124
 EXCEPTION_TYPE = "epilog"
 EXCEPTION_SEVERITY = 1
 
-#: Names of the entries that record pending holds (see
+#: Names of the entries that record holds (see
 #: :mod:`flux_epilog_gate.holdlog`).  Recovery reads them merged with the
 #: job's eventlog, so they follow its rules: names must not start with
 #: "epilog-" or "prolog-", which the job-manager takes for perilog actions.
 HOLD_EVENT = "epilog_gate.hold"
 CANCEL_EVENT = "epilog_gate.cancel"
+RELEASE_EVENT = "epilog_gate.release"
 
 #: Description of the gate's own short-lived epilog action that keeps a
 #: job from going inactive while its holds are being recovered.  The ':'
@@ -64,7 +65,6 @@ class Hold:
         "t_start",
         "timeout",
         "timer",
-        "logged",
     )
 
     def __init__(self, jobid, description, userid, t_hold, timeout=None):
@@ -76,7 +76,6 @@ class Hold:
         self.t_start = None
         self.timeout = timeout
         self.timer = None
-        self.logged = False
 
     def to_dict(self):
         """Return the hold as a ``list`` entry."""

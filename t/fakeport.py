@@ -13,7 +13,8 @@
 - ``send_activation`` records watcher payloads per sink; :meth:`kill`
   makes a sink dead, so ``send_activation`` to it answers False;
 - the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
-  and records it in ``commits``;
+  and records it in ``commits`` (with :attr:`defer_commits` set, commits
+  wait in ``pending_commits`` until :meth:`complete_commit`);
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit) fail with OSError, to check what the gate does when
   the job-manager refuses.
@@ -24,7 +25,6 @@ import os
 from collections import defaultdict
 
 from flux_epilog_gate.gate import SCHED
-from flux_epilog_gate.holdlog import HoldLog
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
 EXCEPTION = "exception"
@@ -82,6 +82,9 @@ class FakePort:
         self.failures = {}
         self.kvs = {}
         self.commits = []
+        self.synced = []
+        self.defer_commits = False
+        self.pending_commits = []
 
     # Driving the fake from a test
 
@@ -115,13 +118,18 @@ class FakePort:
         self.clock = target
 
     def armed_timers(self):
-        """Armed timers, but the hold log's flush timer."""
-        return [
-            t
-            for t in self.timers
-            if t.armed
-            and not isinstance(getattr(t.callback, "__self__", None), HoldLog)
-        ]
+        """Armed timers."""
+        return [t for t in self.timers if t.armed]
+
+    def complete_commit(self, error=None):
+        """The oldest deferred commit answers: applied, or failed with
+        errno ``error``."""
+        key, text, append, callback = self.pending_commits.pop(0)
+        if error is not None:
+            callback(OSError(error, os.strerror(error)))
+            return
+        self._apply(key, text, append)
+        callback(None)
 
     def kill(self, sink):
         """The watcher behind ``sink`` disconnected."""
@@ -198,14 +206,21 @@ class FakePort:
     def untrack(self, jobid):
         self.tracked.pop(jobid, None)
 
-    def kvs_commit(self, key, text, append, callback):
+    def kvs_commit(self, key, text, append, callback, sync=False):
+        self.synced.append(sync)
+        if self.defer_commits:
+            self.pending_commits.append((key, text, append, callback))
+            return
         errnum = self.failures.get(KVS)
         if errnum is not None:
             callback(OSError(errnum, os.strerror(errnum)))
             return
+        self._apply(key, text, append)
+        callback(None)
+
+    def _apply(self, key, text, append):
         self.kvs[key] = (self.kvs.get(key, "") if append else "") + text
         self.commits.append((key, text, append))
-        callback(None)
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, delay, callback)

@@ -8,13 +8,14 @@ import pytest
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, Gate
-from flux_epilog_gate.holdlog import FLUSH_DELAY, KEY, parse
+from flux_epilog_gate.holdlog import KEY, parse
 from flux_epilog_gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
+    RELEASE_EVENT,
     TIMEOUT_STATUS,
 )
 from flux_epilog_gate.jobid import f58
@@ -87,20 +88,16 @@ def test_hold_on_waiting_job_is_pending_and_posts_nothing(port, gate):
     assert port.events[JOB] == []
 
 
-def test_pending_hold_is_recorded_in_the_hold_log_after_the_flush_delay(port, gate):
+def test_pending_hold_is_recorded_in_the_hold_log_with_a_sync(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.hold(JOB, "bb")
-    assert logged(port) == {}
-    port.advance(FLUSH_DELAY)
-    assert logged(port) == {
-        JOB: [(port.clock - FLUSH_DELAY, HOLD_EVENT, {"description": "bb"})]
-    }
+    assert logged(port) == {JOB: [(port.clock, HOLD_EVENT, {"description": "bb"})]}
+    assert port.synced == [True]
 
 
 def test_hold_log_records_the_timeout_for_recovery(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.hold(JOB, "bb", 30.0)
-    port.advance(FLUSH_DELAY)
     ((_, _, context),) = logged(port)[JOB]
     assert context == {"description": "bb", "timeout": 30.0}
 
@@ -121,7 +118,6 @@ def test_holding_the_same_description_twice_answers_the_existing_hold(port, gate
     first, _ = gate.hold(JOB, "bb")
     second, created = gate.hold(JOB, "bb", 99.0)
     assert second is first and not created
-    port.advance(FLUSH_DELAY)
     assert len(logged(port)[JOB]) == 1
     assert second.timeout is None
 
@@ -149,7 +145,6 @@ def test_refused_hold_beyond_max_holds_changes_nothing(port):
     held_job(port, gate, "a")
     with pytest.raises(GateError):
         gate.hold(JOB, "b")
-    port.advance(FLUSH_DELAY)
     assert [d for _, _, d in logged(port)[JOB]] == [{"description": "a"}]
     assert [h["description"] for h in gate.list(JOB)] == ["a"]
 
@@ -184,7 +179,6 @@ def test_hold_whose_epilog_start_cannot_be_posted_fails_and_leaves_no_hold(port,
         gate.hold(JOB, "bb")
     assert info.value.errnum == errno.ENOMEM
     assert gate.list() == [] and port.tracked == {}
-    port.advance(FLUSH_DELAY)
     assert logged(port) == {}
 
 
@@ -325,10 +319,12 @@ def test_hold_registered_past_the_point_activates_at_once(port, gate):
     assert port.names(JOB) == ["epilog-start"]
 
 
-def test_hold_active_before_the_flush_is_recorded_by_its_epilog_start_only(port, gate):
-    at_point(port, gate, "bb", timeout=30.0)
-    port.advance(FLUSH_DELAY)
-    assert logged(port) == {}
+def test_hold_active_at_once_is_recorded_in_the_log_too(port, gate):
+    port.add_job(JOB, CLEANUP, USER)
+    assert gate.hold(JOB, "bb", 30.0)[0].state == ACTIVE
+    assert logged(port) == {
+        JOB: [(port.clock, HOLD_EVENT, {"description": "bb", "timeout": 30.0})]
+    }
     assert port.posted_by_gate(JOB, "epilog-start") == [
         {"description": "bb", "timeout": 30.0}
     ]
@@ -417,17 +413,23 @@ def test_release_of_pending_hold_cancels_it_without_epilog_events(port, gate):
 
 def test_release_of_recorded_pending_hold_records_the_cancellation(port, gate):
     held_job(port, gate, "bb")
-    port.advance(FLUSH_DELAY)
     gate.release(JOB, "bb")
-    port.advance(FLUSH_DELAY)
     assert [name for _, name, _ in logged(port)[JOB]] == [HOLD_EVENT, CANCEL_EVENT]
 
 
-def test_hold_cancelled_before_the_flush_is_never_recorded(port, gate):
-    held_job(port, gate, "bb")
-    gate.release(JOB, "bb")
-    port.advance(FLUSH_DELAY)
-    assert logged(port) == {} and port.commits == []
+def test_release_of_active_hold_records_the_release_with_its_status(port, gate):
+    at_point(port, gate, "bb")
+    gate.release(JOB, "bb", 3)
+    assert logged(port)[JOB][1:] == [
+        (port.clock, RELEASE_EVENT, {"description": "bb", "status": 3})
+    ]
+
+
+def test_hold_that_times_out_gets_no_release_record(port, gate):
+    at_point(port, gate, "bb", timeout=5.0)
+    port.advance(5.0)
+    assert port.posted_by_gate(JOB, "epilog-finish")
+    assert [name for _, name, _ in logged(port)[JOB]] == [HOLD_EVENT]
 
 
 def test_release_of_pending_hold_with_status_raises_no_exception(port, gate):

@@ -1,6 +1,7 @@
 """Unit tests of the hold log (flux_epilog_gate.holdlog) and of recovery
 from it, no broker: the KVS is the FakePort's dict."""
 
+import errno
 import syslog
 
 import pytest
@@ -8,8 +9,15 @@ from fakeport import KVS
 
 from flux_epilog_gate import holdlog
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate
-from flux_epilog_gate.holdlog import FLUSH_DELAY, KEY, MARKER, parse
-from flux_epilog_gate.holds import ACTIVE, CANCEL_EVENT, HOLD_EVENT, PENDING, Hold
+from flux_epilog_gate.holdlog import KEY, MARKER, RELEASE_GRACE, parse
+from flux_epilog_gate.holds import (
+    ACTIVE,
+    CANCEL_EVENT,
+    HOLD_EVENT,
+    PENDING,
+    RELEASE_EVENT,
+    Hold,
+)
 
 JOB = 4242
 USER = 1000
@@ -20,6 +28,11 @@ def gate(port):
     return Gate(port)
 
 
+def logged(port):
+    """What the hold log holds, by job."""
+    return parse(port.kvs.get(KEY, ""))[0]
+
+
 def hold_pending(port, gate, jobid, description="bb", timeout=None):
     if jobid not in port.jobs:
         port.add_job(jobid, SCHED, USER)
@@ -28,12 +41,17 @@ def hold_pending(port, gate, jobid, description="bb", timeout=None):
 
 def test_parse_groups_entries_by_job_without_the_id():
     hold = Hold(JOB, "bb", USER, 10.0, 30.0)
-    text = holdlog.hold_entry(hold) + holdlog.cancel_entry(hold, 11.0)
+    text = (
+        holdlog.hold_entry(hold)
+        + holdlog.cancel_entry(hold, 11.0)
+        + holdlog.release_entry(hold, 2, 12.0)
+    )
     assert parse(text) == (
         {
             JOB: [
                 (10.0, HOLD_EVENT, {"description": "bb", "timeout": 30.0}),
                 (11.0, CANCEL_EVENT, {"description": "bb"}),
+                (12.0, RELEASE_EVENT, {"description": "bb", "status": 2}),
             ]
         },
         0,
@@ -56,37 +74,164 @@ def test_parse_skips_and_counts_entries_it_cannot_understand(line):
     assert skipped == 1 and list(jobs) == [JOB]
 
 
-def test_holds_of_one_flush_delay_are_written_in_one_append(port, gate):
-    for jobid in range(1, 51):
+def test_holds_made_while_a_commit_is_in_flight_share_the_next_one(port, gate):
+    port.defer_commits = True
+    hold_pending(port, gate, 1)
+    for jobid in range(2, 51):
         hold_pending(port, gate, jobid)
-    assert port.commits == []
-    port.advance(FLUSH_DELAY)
-    ((key, text, append),) = port.commits
-    assert key == KEY and append
-    assert sorted(parse(text)[0]) == list(range(1, 51))
+    assert len(port.pending_commits) == 1
+    port.complete_commit()
+    assert len(port.pending_commits) == 1
+    port.complete_commit()
+    first, second = port.commits
+    assert all(key == KEY and append for key, _, append in port.commits)
+    assert sorted(parse(first[1])[0]) == [1]
+    assert sorted(parse(second[1])[0]) == list(range(2, 51))
+    assert port.synced == [True, True] and gate.record.commits == 2
 
 
-def test_nothing_is_written_when_every_hold_was_active_before_the_flush(port, gate):
+def test_done_is_called_when_the_batch_of_the_record_is_committed(port, gate):
+    port.defer_commits = True
+    answers = []
+    for jobid in (1, 2, 3):
+        port.add_job(jobid, SCHED, USER)
+        gate.hold(
+            jobid, "bb", done=lambda hold, error: answers.append((hold.id, error))
+        )
+    assert answers == []
+    port.complete_commit()
+    assert answers == [(1, None)]
+    port.complete_commit()
+    assert answers == [(1, None), (2, None), (3, None)]
+
+
+def test_duplicate_hold_and_released_false_wait_for_what_is_queued(port, gate):
+    port.defer_commits = True
+    port.add_job(JOB, SCHED, USER)
+    answers = []
+    gate.hold(JOB, "bb", done=lambda hold, error: answers.append("first"))
+    gate.hold(JOB, "bb", done=lambda hold, error: answers.append("again"))
+    assert answers == []
+    port.complete_commit()
+    assert answers == ["first", "again"]
+    gate.release(JOB, "bb", done=lambda result, error: answers.append(result))
+    gate.release(JOB, "bb", done=lambda result, error: answers.append(result))
+    assert answers == ["first", "again"]
+    port.complete_commit()
+    assert answers[2:] == [(True, None), (False, "released")]
+    # Nothing queued or in flight: answered at once.
+    gate.release(JOB, "bb", done=lambda result, error: answers.append(result))
+    assert answers[4:] == [(False, "released")] and port.pending_commits == []
+
+
+def test_failed_commit_withdraws_the_holds_it_carried_and_answers_the_error(port, gate):
+    port.defer_commits = True
+    port.add_job(1, SCHED, USER)
+    port.add_job(2, CLEANUP, USER)
+    answers = []
+    gate.hold(1, "bb", done=lambda hold, error: answers.append(error))
+    gate.hold(2, "bb", done=lambda hold, error: answers.append(error))
+    port.complete_commit()
+    port.complete_commit(errno.ENOSPC)
+    assert answers[0] is None and answers[1].errno == errno.ENOSPC
+    assert KEY in answers[1].strerror
+    # The first hold stays; the second, active at once, is finished.
+    assert [h["id"] for h in gate.list()] == [1]
+    assert port.posted_by_gate(2, "epilog-finish") == [
+        {"description": "bb", "status": 0}
+    ]
+    assert any(level == syslog.LOG_ERR and KEY in text for level, text in port.logs)
+    # Its records are written with the next commit, withdrawal included.
+    hold_pending(port, gate, 3)
+    port.complete_commit()
+    names = [(jobid, name) for jobid, e in logged(port).items() for _, name, _ in e]
+    assert (2, HOLD_EVENT) in names and (2, RELEASE_EVENT) in names
+
+
+def test_failed_commit_of_a_release_answers_the_error(port, gate):
     port.add_job(JOB, CLEANUP, USER)
     gate.hold(JOB, "bb")
-    port.advance(FLUSH_DELAY)
-    assert port.commits == [] and gate.record.commits == 0
+    port.fail(KVS, errno.EIO)
+    answers = []
+    gate.release(JOB, "bb", done=lambda result, error: answers.append(error))
+    assert answers[0].errno == errno.EIO
+
+
+def test_without_a_backing_store_the_log_is_written_without_sync(port, gate):
+    port.defer_commits = True
+    answers = []
+    port.add_job(JOB, SCHED, USER)
+    gate.hold(JOB, "bb", done=lambda hold, error: answers.append(error))
+    port.complete_commit(errno.ENOSYS)
+    assert answers == [] and port.synced == [True, False]
+    port.complete_commit()
+    assert answers == [None] and JOB in logged(port)
+    assert any("cannot sync" in text for _, text in port.logs)
+
+
+def test_suspend_answers_waiting_requests_and_resume_writes_them_again(port, gate):
+    port.defer_commits = True
+    answers = []
+    for jobid in (1, 2):
+        port.add_job(jobid, SCHED, USER)
+        gate.hold(jobid, "bb", done=lambda hold, error: answers.append(error))
+    gate.suspend()
+    assert [error.errno for error in answers] == [errno.EAGAIN, errno.EAGAIN]
+    assert "send it again" in answers[0].strerror
+    # Not withdrawn: the commit in flight may succeed.
+    assert sorted(h["id"] for h in gate.list()) == [1, 2]
+    # The queued record was sent at once, not awaited.
+    assert len(port.pending_commits) == 2
+    port.pending_commits.clear()
+    gate.attach(port)
+    port.complete_commit()
+    assert sorted(logged(port)) == [1, 2]
+
+
+def test_nothing_but_records_are_written(port, gate):
+    port.add_job(JOB, CLEANUP, USER)
+    gate.hold(JOB, "bb")
+    assert gate.record.commits == 1
 
 
 def test_log_is_replaced_by_a_snapshot_of_current_holds_every_max_appends(port, gate):
     kept = hold_pending(port, gate, 1, timeout=5.0)
-    for jobid in range(2, holdlog.MAX_APPENDS + 2):
+    # A hold and its cancellation: two appends each.
+    for jobid in range(2, holdlog.MAX_APPENDS // 2 + 1):
         hold_pending(port, gate, jobid)
-        port.advance(FLUSH_DELAY)
         gate.release(jobid, "bb")
+    hold_pending(port, gate, 9998)
+    assert len(port.commits) == holdlog.MAX_APPENDS
     assert all(append for _, _, append in port.commits)
     hold_pending(port, gate, 9999)
-    port.advance(FLUSH_DELAY)
     _, text, append = port.commits[-1]
     assert not append
     jobs, _ = parse(port.kvs[KEY])
-    assert sorted(jobs) == [1, 9999]
+    assert sorted(jobs) == [1, 9998, 9999]
     assert jobs[1] == [(kept.t_hold, HOLD_EVENT, {"description": "bb", "timeout": 5.0})]
+
+
+def test_snapshot_keeps_recent_releases_of_active_holds(port, gate):
+    for jobid in (1, 2):
+        port.add_job(jobid, CLEANUP, USER)
+        gate.hold(jobid, "bb")
+        port.advance(RELEASE_GRACE)
+        gate.release(jobid, "bb", jobid)
+    port.advance(RELEASE_GRACE / 2)
+    gate.record.appends = holdlog.MAX_APPENDS
+    hold_pending(port, gate, 9999)
+    _, text, append = port.commits[-1]
+    assert not append
+    jobs, _ = parse(text)
+    # Job 1's epilog-finish is long committed; job 2's may not be yet.
+    assert sorted(jobs) == [2, 9999]
+    assert jobs[2] == [
+        (
+            pytest.approx(port.clock - RELEASE_GRACE / 2),
+            RELEASE_EVENT,
+            {"description": "bb", "status": 2},
+        )
+    ]
 
 
 def test_no_snapshot_while_a_job_is_being_recovered(port, gate):
@@ -94,28 +239,29 @@ def test_no_snapshot_while_a_job_is_being_recovered(port, gate):
     gate.begin_recovery(7, USER)
     gate.record.appends = holdlog.MAX_APPENDS
     hold_pending(port, gate, JOB)
-    port.advance(FLUSH_DELAY)
     assert port.commits[-1][2] is True
 
 
 def test_failed_commit_is_logged(port, gate):
     port.fail(KVS)
     hold_pending(port, gate, JOB)
-    port.advance(FLUSH_DELAY)
     assert any(
         level == syslog.LOG_ERR and KEY in text for level, text in port.logs
     ), port.logs
 
 
 def test_suspend_writes_what_is_queued_at_once(port, gate):
+    port.defer_commits = True
+    hold_pending(port, gate, 1)
     hold_pending(port, gate, JOB)
     gate.suspend()
-    assert JOB in parse(port.kvs[KEY])[0]
+    port.complete_commit()
+    port.complete_commit()
+    assert sorted(parse(port.kvs[KEY])[0]) == [1, JOB]
 
 
 def test_pending_hold_is_recovered_from_the_log_alone(port, gate):
     hold = hold_pending(port, gate, JOB, timeout=9.0)
-    port.advance(FLUSH_DELAY)
     (entries,) = parse(port.kvs[KEY])[0].values()
     fresh = Gate(port)
     fresh.begin_recovery(JOB, USER)
@@ -126,7 +272,6 @@ def test_pending_hold_is_recovered_from_the_log_alone(port, gate):
         hold.t_hold,
         9.0,
     )
-    assert again.logged
 
 
 def test_active_hold_is_recovered_from_its_marked_epilog_start_alone(port):
@@ -158,3 +303,54 @@ def test_hold_released_after_activation_is_not_recovered(port):
     ]
     gate.end_recovery(JOB, events)
     assert JOB not in gate.jobs
+
+
+def replay(port, events, state=CLEANUP):
+    port.add_job(JOB, state, USER)
+    gate = Gate(port)
+    gate.begin_recovery(JOB, USER)
+    gate.end_recovery(JOB, events)
+    return gate
+
+
+START = (50.0, "epilog-start", {"description": "bb", MARKER: True})
+
+
+def test_release_whose_epilog_finish_was_lost_is_finished_on_replay(port):
+    release = (60.0, RELEASE_EVENT, {"description": "bb", "status": 3})
+    gate = replay(port, [(40.0, HOLD_EVENT, {"description": "bb"}), START, release])
+    assert JOB not in gate.jobs
+    assert port.posted_by_gate(JOB, "epilog-finish") == [
+        {"description": "bb", "status": 3}
+    ]
+    assert len(port.notes(JOB)) == 1 and "bb" in port.notes(JOB)[0]
+    assert gate.release(JOB, "bb") == (False, "released")
+    # Recorded again, for the snapshots of the next seconds.
+    assert RELEASE_EVENT in port.kvs[KEY]
+
+
+def test_release_with_its_epilog_finish_is_not_finished_again(port):
+    finish = (60.0, "epilog-finish", {"description": "bb", "status": 0})
+    release = (60.1, RELEASE_EVENT, {"description": "bb", "status": 0})
+    for events in ([START, finish, release], [START, release, finish]):
+        gate = replay(port, events)
+        assert JOB not in gate.jobs
+        assert port.posted_by_gate(JOB, "epilog-finish") == []
+
+
+def test_release_of_a_hold_whose_epilog_start_was_lost_drops_it(port):
+    hold = (40.0, HOLD_EVENT, {"description": "bb"})
+    release = (60.0, RELEASE_EVENT, {"description": "bb", "status": 0})
+    gate = replay(port, [hold, release])
+    assert JOB not in gate.jobs and port.events[JOB] == []
+
+
+def test_hold_held_again_after_a_replayed_release_is_kept(port):
+    release = (60.0, RELEASE_EVENT, {"description": "bb", "status": 0})
+    again = (70.0, HOLD_EVENT, {"description": "bb"})
+    gate = replay(port, [START, release, again])
+    (hold,) = gate.jobs[JOB].holds.values()
+    # The second hold is at the job's epilog point: active, and the first
+    # one's finish posted after its start.
+    assert hold.state == ACTIVE and hold.t_hold == 70.0
+    assert port.names(JOB) == ["epilog-start", "epilog-finish"]

@@ -165,15 +165,18 @@ class Jobtap:
         watcher.start()
         return watcher
 
-    def kvs_commit(self, key, text, append, callback):
+    def kvs_commit(self, key, text, append, callback, sync=False):
         """Write (``append``: append) ``text`` to KVS ``key`` without
-        blocking; later call ``callback(error)``, None on success."""
+        blocking; later call ``callback(error)``, None on success.  With
+        ``sync`` the KVS flushes the content store and checkpoints the
+        new root before it answers (FLUX_KVS_SYNC)."""
         txn = raw.flux_kvs_txn_create()
         try:
             flags = flux_lib.FLUX_KVS_APPEND if append else 0
             raw.flux_kvs_txn_put(txn, flags, key.encode(), text.encode())
+            commit_flags = flux_lib.FLUX_KVS_SYNC if sync else 0
             future = Future(
-                raw.flux_kvs_commit(self.flux.handle, flux_ffi.NULL, 0, txn)
+                raw.flux_kvs_commit(self.flux.handle, flux_ffi.NULL, commit_flags, txn)
             )
         finally:
             raw.flux_kvs_txn_destroy(txn)

@@ -222,13 +222,41 @@ class Host:
     # Both paths end here: the general one once Python has checked the
     # payload, the owner's well-formed requests straight from C.
 
+    # The answer waits until the request's record is durable (see
+    # holdlog.py): the message is kept until then.
+
     def hold(self, message, jobid, description, timeout):
-        hold, _ = self.gate.hold(jobid, description, timeout)
-        self.jobtap.send_hold(message, hold)
+        kept = keep_request(message)
+
+        def done(hold, error):
+            self._answer(kept, "hold", error, lambda: self.jobtap.send_hold(kept, hold))
+
+        self.gate.hold(jobid, description, timeout, done=done)
 
     def release(self, message, jobid, description, status):
-        released, reason = self.gate.release(jobid, description, status)
-        self.jobtap.send_release(message, released, reason)
+        kept = keep_request(message)
+
+        def done(result, error):
+            self._answer(
+                kept, "release", error, lambda: self.jobtap.send_release(kept, *result)
+            )
+
+        self.gate.release(jobid, description, status, done=done)
+
+    def _answer(self, msg, method, error, send):
+        """Answer a kept request once its record is durable, or with the
+        error that kept it from being so."""
+        if self.jobtap.p is None:
+            return
+        try:
+            if error is None:
+                send()
+            else:
+                self.jobtap.respond_error(
+                    msg, error.errno or errno.EIO, f"{method}: {error.strerror}"
+                )
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            self.jobtap.log_exception(f"answering {method}")
 
     def _list(self, message, payload, owner, userid):
         jobid = protocol.parse_list(payload if payload is not None else {})
