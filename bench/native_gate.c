@@ -14,7 +14,11 @@
  * it never started, otherwise on its finish event.  Loaded with all=1,
  * every job is held (description "native") without a hold request.
  * Loaded with durable=1, each hold is also recorded in the job's eventlog
- * (event native-gate-hold): what such a per-job record costs.
+ * (event native-gate-hold): what such a per-job record costs.  Loaded
+ * with synced=1, each hold is answered only once a line recording it is
+ * appended to the KVS key native-gate.holds by a commit with
+ * FLUX_KVS_SYNC, group-committed as epilog-gate does: at most one commit
+ * in flight, the holds that arrive meanwhile share the next one.
  *
  * Client side traffic per job is the same as epilog-gate's: one hold
  * request, one watch response, one release request.
@@ -39,6 +43,16 @@ struct hold {
 static struct flux_msglist *watchers;
 static int gate_all;
 static int gate_durable;
+static int gate_synced;
+
+/* synced=1: the hold requests and lines of the next batch, and the
+ * requests of the commit in flight.
+ */
+static struct flux_msglist *queued;
+static struct flux_msglist *sent;
+static flux_future_t *inflight;
+static char *lines;
+static size_t lines_len, lines_size;
 
 static struct hold *hold_create (const char *description)
 {
@@ -126,6 +140,99 @@ static int new_cb (flux_plugin_t *p, const char *topic,
     return attach (p, FLUX_JOBTAP_CURRENT_JOB, "native");
 }
 
+static int hold_respond (flux_plugin_t *p, const flux_msg_t *msg)
+{
+    flux_t *fh = flux_jobtap_get_flux (p);
+    flux_jobid_t id;
+    const char *description;
+    struct hold *h;
+
+    if (flux_request_unpack (msg, NULL, "{s:I s:s}",
+                             "id", &id, "description", &description) < 0)
+        return -1;
+    h = flux_jobtap_job_aux_get (p, id, AUX);
+    return flux_respond_pack (fh, msg, "{s:I s:s s:s}",
+                              "id", id,
+                              "description", description,
+                              "state", h && h->state == ACTIVE ? "active"
+                                                               : "pending");
+}
+
+static void sync_send (flux_plugin_t *p);
+
+static void sync_done (flux_future_t *f, void *arg)
+{
+    flux_plugin_t *p = arg;
+    flux_t *fh = flux_jobtap_get_flux (p);
+    int rc = flux_future_get (f, NULL);
+    int errnum = errno;
+    const flux_msg_t *msg;
+
+    msg = flux_msglist_first (sent);
+    while (msg) {
+        if (rc < 0) {
+            if (flux_respond_error (fh, msg, errnum, NULL) < 0)
+                flux_log_error (fh, NAME ": hold: respond");
+        }
+        else if (hold_respond (p, msg) < 0)
+            flux_log_error (fh, NAME ": hold: respond");
+        flux_msglist_delete (sent);
+        msg = flux_msglist_next (sent);
+    }
+    flux_future_destroy (f);
+    inflight = NULL;
+    sync_send (p);
+}
+
+/* Send the queued lines in one synced commit, unless one is in flight. */
+static void sync_send (flux_plugin_t *p)
+{
+    flux_t *fh = flux_jobtap_get_flux (p);
+    flux_kvs_txn_t *txn;
+    struct flux_msglist *tmp;
+
+    if (inflight || lines_len == 0)
+        return;
+    if (!(txn = flux_kvs_txn_create ())
+        || flux_kvs_txn_put (txn, FLUX_KVS_APPEND, "native-gate.holds",
+                             lines) < 0
+        || !(inflight = flux_kvs_commit (fh, NULL, FLUX_KVS_SYNC, txn))
+        || flux_future_then (inflight, -1., sync_done, p) < 0)
+        flux_log_error (fh, NAME ": commit");
+    flux_kvs_txn_destroy (txn);
+    lines_len = 0;
+    lines[0] = '\0';
+    tmp = sent;
+    sent = queued;
+    queued = tmp;
+}
+
+static int sync_queue (flux_plugin_t *p, const flux_msg_t *msg,
+                       flux_jobid_t id, const char *description)
+{
+    char line[160];
+    int n = snprintf (line, sizeof (line),
+                      "{\"id\":%ju,\"description\":\"%s\"}\n",
+                      (uintmax_t)id, description);
+
+    if (n < 0 || n >= (int)sizeof (line))
+        return -1;
+    if (lines_len + n + 1 > lines_size) {
+        size_t size = (lines_size + n + 1) * 2;
+        char *grown = realloc (lines, size);
+        if (!grown)
+            return -1;
+        lines = grown;
+        lines_size = size;
+    }
+    memcpy (lines + lines_len, line, n + 1);
+    lines_len += n;
+    if (flux_msglist_append (queued, msg) < 0)
+        return -1;
+    sync_send (p);
+    return 0;
+}
+
 static void hold_cb (flux_t *fh, flux_msg_handler_t *mh,
                      const flux_msg_t *msg, void *arg)
 {
@@ -149,6 +256,11 @@ static void hold_cb (flux_t *fh, flux_msg_handler_t *mh,
                                             "{s:s}",
                                             "description", description) < 0)
             goto error;
+    }
+    if (gate_synced) {
+        if (sync_queue (p, msg, id, description) < 0)
+            goto error;
+        return;
     }
     if (flux_respond_pack (fh, msg, "{s:I s:s s:s}",
                            "id", id,
@@ -224,6 +336,15 @@ static void destroy (void *arg)
     flux_msglist_destroy (arg);
     if (watchers == arg)
         watchers = NULL;
+    /* Unanswered requests are dropped: a benchmark reference only. */
+    flux_future_destroy (inflight);
+    inflight = NULL;
+    flux_msglist_destroy (queued);
+    flux_msglist_destroy (sent);
+    queued = sent = NULL;
+    free (lines);
+    lines = NULL;
+    lines_len = lines_size = 0;
 }
 
 static const struct flux_plugin_handler handlers[] = {
@@ -235,13 +356,16 @@ static const struct flux_plugin_handler handlers[] = {
 
 int flux_plugin_init (flux_plugin_t *p)
 {
-    gate_all = gate_durable = 0;
+    gate_all = gate_durable = gate_synced = 0;
     if (flux_plugin_set_name (p, NAME) < 0
         || (flux_plugin_get_conf (p)
-            && flux_plugin_conf_unpack (p, "{s?i s?i}",
+            && flux_plugin_conf_unpack (p, "{s?i s?i s?i}",
                                        "all", &gate_all,
-                                       "durable", &gate_durable) < 0)
+                                       "durable", &gate_durable,
+                                       "synced", &gate_synced) < 0)
         || !(watchers = flux_msglist_create ())
+        || !(queued = flux_msglist_create ())
+        || !(sent = flux_msglist_create ())
         || flux_plugin_aux_set (p, NULL, watchers, destroy) < 0
         || flux_jobtap_service_register (p, "hold", hold_cb, p) < 0
         || flux_jobtap_service_register (p, "release", release_cb, p) < 0

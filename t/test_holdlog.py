@@ -3,9 +3,11 @@ key epilog-gate.holds before it is answered, the holds of many requests
 in flight share one synced write, and holds that become active at once
 are recorded too."""
 
+import errno
+
 import flux.job
 import pytest
-from jobs import eventlog, named, query, submit, wait_event, wait_inactive
+from jobs import dmesg, eventlog, named, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holdlog import KEY, MARKER, parse
@@ -75,3 +77,40 @@ def test_hold_on_job_past_its_epilog_point_is_recorded_too(inst):
     gate.release(holder, "late")
     wait_inactive(handle, holder)
     assert len(named(eventlog(handle, holder), "epilog-finish")) == 2
+
+
+def test_requests_in_flight_when_the_plugin_is_removed_are_all_answered(
+    new_instance, plugin
+):
+    """Every request is answered, acknowledged or with an error that says
+    to send it again; every acknowledged hold is still there once the
+    plugin is loaded again, and recorded."""
+    inst = new_instance(plugin=None)
+    inst.flux("jobtap", "load", plugin)
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobids = [submit(handle, urgency=0) for _ in range(200)]
+    futures = [gate.hold_async(jobid, "bb") for jobid in jobids]
+    # Right behind the holds on the same connection: it reaches the
+    # job-manager while their records are still being committed.
+    handle.rpc("job-manager.jobtap", {"remove": "epilog-gate.so"}).get()
+    acknowledged, refused = [], []
+    for jobid, future in zip(jobids, futures):
+        try:
+            future.get()
+            acknowledged.append(jobid)
+        except OSError as exc:
+            # EAGAIN: waiting for its record at the unload; ENOSYS: sent
+            # after the service was gone.
+            assert exc.errno in (errno.EAGAIN, errno.ENOSYS), exc
+            refused.append(jobid)
+    inst.flux("jobtap", "load", plugin)
+    gate = EpilogGate(inst.handle())
+    listed = {hold["id"] for hold in gate.list()}
+    assert set(acknowledged) <= listed
+    # Sent again, each is answered from the gate that took over.
+    for jobid in refused:
+        assert gate.hold(jobid, "bb")["state"] == "pending"
+    jobs = logged(inst)
+    assert all(jobid in jobs for jobid in jobids)
+    assert dmesg(inst, "uncaught") == [] and inst.alive()

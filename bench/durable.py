@@ -1,0 +1,261 @@
+#!/usr/bin/env python3
+"""Benchmark of durable acknowledgements: what a synced hold costs.
+
+    python bench/durable.py            # full run (a few minutes)
+    python bench/durable.py --quick    # CI smoke test of the harness
+
+A ``hold`` is answered only once its record is checkpointed by a KVS
+commit with FLUX_KVS_SYNC, group-committed (see
+flux_epilog_gate/holdlog.py).  This measures, on jobs waiting in SCHED,
+the hold round trip (p50, p99) and the acknowledged holds per second,
+from one pipelining client and from several clients at once, for:
+
+- ``gate``: epilog-gate;
+- ``native-synced``: the native C gate (bench/native_gate.c) recording
+  each hold the same way (a line appended to a KVS key, synced, group
+  commit), the limit for durable holds;
+- ``native``: the native C gate answering from memory, no record at all
+  (what durability costs, both ways).
+
+Each client is its own process with its own handle; all start together.
+"""
+
+import argparse
+import datetime
+import json
+import multiprocessing
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import flux
+import flux.job
+
+import flux_epilog_gate  # noqa: F401  (puts flux-core's bindings on sys.path)
+from flux_epilog_gate import plugin_path
+from flux_epilog_gate.testing import Instance
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from run import (  # noqa: E402
+    BASE_CONFIG,
+    DESCRIPTION,
+    GATE_SERVICE,
+    NATIVE_SERVICE,
+    RESULTS,
+    build_native,
+    loadavg,
+    percentile,
+)
+
+#: name -> (plugin kind, plugin options).
+CONFIGS = {
+    "gate": ("gate", {}),
+    "native-synced": ("native", {"synced": 1}),
+    "native": ("native", {}),
+}
+
+#: Client modes: name -> (clients, requests each keeps in flight).
+MODES = {
+    "1 client, 64 in flight": (1, 64),
+    "8 clients, 8 in flight each": (8, 8),
+    "8 clients, 1 in flight each": (8, 1),
+}
+
+
+def client(uri, topic, jobids, window, start, out):
+    """Send a hold for each of ``jobids``, ``window`` at a time; put
+    ``(latencies, t_first_send, t_last_answer)`` on ``out``."""
+    h = flux.Flux(uri)
+    todo = iter(jobids)
+    latencies = []
+    errors = []
+    futures = set()
+
+    def send():
+        jobid = next(todo, None)
+        if jobid is None:
+            return
+        future = h.rpc(topic, {"id": jobid, "description": DESCRIPTION})
+        futures.add(future)
+        future.then(answered, time.perf_counter())
+
+    def answered(future, sent):
+        try:
+            future.get()
+        except OSError as exc:
+            errors.append(str(exc))
+        latencies.append(time.perf_counter() - sent)
+        futures.discard(future)
+        if len(latencies) == len(jobids):
+            h.reactor_stop()
+        else:
+            send()
+
+    start.wait()
+    t0 = time.perf_counter()
+    for _ in range(window):
+        send()
+    h.reactor_run()
+    out.put((latencies, t0, time.perf_counter(), errors[:3]))
+
+
+def measure(inst, topic, jobids, clients, window):
+    """Holds on ``jobids`` from ``clients`` processes; return figures."""
+    ctx = multiprocessing.get_context("spawn")
+    start = ctx.Event()
+    out = ctx.Queue()
+    shares = [jobids[i::clients] for i in range(clients)]
+    procs = [
+        ctx.Process(target=client, args=(inst.uri, topic, share, window, start, out))
+        for share in shares
+    ]
+    for proc in procs:
+        proc.start()
+    time.sleep(1.0)  # every client connected and waiting
+    start.set()
+    results = [out.get(timeout=600) for _ in procs]
+    for proc in procs:
+        proc.join()
+    latencies = [x for r in results for x in r[0]]
+    errors = [e for r in results for e in r[3]]
+    if errors:
+        raise RuntimeError(f"hold requests failed: {errors}")
+    elapsed = max(r[2] for r in results) - min(r[1] for r in results)
+    return {
+        "holds": len(latencies),
+        "holds_per_s": len(latencies) / elapsed,
+        "p50_ms": percentile(latencies, 50) * 1e3,
+        "p99_ms": percentile(latencies, 99) * 1e3,
+    }
+
+
+def submit_waiting(handle, count):
+    """Submit ``count`` jobs held in SCHED (urgency 0)."""
+    spec = flux.job.JobspecV1.from_command(["true"])
+    futures = [flux.job.submit_async(handle, spec, urgency=0) for _ in range(count)]
+    return [flux.job.submit_get_id(f) for f in futures]
+
+
+def log_commits(inst):
+    out = inst.flux("jobtap", "query", "epilog-gate.so").stdout
+    return json.loads(out)["counters"]["log_commits"]
+
+
+def run_config(name, path, options, args):
+    kind = CONFIGS[name][0]
+    service = GATE_SERVICE if kind == "gate" else NATIVE_SERVICE
+    inst = Instance(cores=64, plugin=path, plugin_conf=options, config=BASE_CONFIG)
+    inst.start()
+    figures = {}
+    try:
+        handle = inst.handle()
+        for mode, (clients, window) in MODES.items():
+            reps = []
+            for rep in range(args.reps):
+                jobids = submit_waiting(handle, args.holds)
+                time.sleep(0.5)  # let the submissions' events settle
+                before = log_commits(inst) if kind == "gate" else None
+                row = measure(inst, f"{service}.hold", jobids, clients, window)
+                if before is not None:
+                    row["holds_per_commit"] = row["holds"] / max(
+                        1, log_commits(inst) - before
+                    )
+                reps.append(row)
+                print(
+                    f"bench: {name:14} {mode:28} rep {rep + 1}: "
+                    f"{row['holds_per_s']:7.0f} holds/s  p50 {row['p50_ms']:6.2f} ms"
+                    f"  p99 {row['p99_ms']:6.2f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            figures[mode] = {"reps": reps, "median": median_row(reps)}
+    finally:
+        inst.stop()
+        inst.cleanup()
+    return figures
+
+
+def median_row(reps):
+    return {key: statistics.median(r[key] for r in reps) for key in reps[0]}
+
+
+def report(results):
+    lines = [
+        "| clients | configuration | acknowledged holds/s | p50 | p99 |"
+        " holds per sync |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for mode in MODES:
+        for name in results["configs"]:
+            row = results["figures"][name][mode]["median"]
+            per = row.get("holds_per_commit")
+            lines.append(
+                f"| {mode} | {name} | {row['holds_per_s']:.0f} "
+                f"| {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms "
+                f"| {'' if per is None else f'{per:.1f}'} |"
+            )
+    return "\n".join(lines)
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="small counts")
+    parser.add_argument("--holds", type=int, help="holds per measurement")
+    parser.add_argument("--reps", type=int, help="repetitions of each measurement")
+    parser.add_argument(
+        "--configs", help=f"comma-separated configurations ({','.join(CONFIGS)})"
+    )
+    parser.add_argument("--output", help="JSON results file")
+    args = parser.parse_args(argv)
+    defaults = dict(holds=200, reps=1) if args.quick else dict(holds=2000, reps=5)
+    for key, value in defaults.items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    if args.holds < max(c for c, _ in MODES.values()) or args.reps < 1:
+        parser.error("--holds must be at least the number of clients, --reps 1")
+    args.configs = args.configs.split(",") if args.configs else list(CONFIGS)
+    for name in args.configs:
+        if name not in CONFIGS:
+            parser.error(f"unknown configuration {name!r}")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    results = {
+        "mode": "quick" if args.quick else "full",
+        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "host": {"node": platform.node(), "cpus": os.cpu_count()},
+        "loadavg_start": loadavg(),
+        "flux": subprocess.run(
+            ["flux", "version"], capture_output=True, text=True
+        ).stdout.split("\n")[0],
+        "params": {"holds": args.holds, "reps": args.reps},
+        "configs": args.configs,
+        "figures": {},
+    }
+    with tempfile.TemporaryDirectory(prefix="epilog-gate-durable-") as tmpdir:
+        paths = {"gate": plugin_path(), "native": build_native(tmpdir)}
+        for name in args.configs:
+            kind, options = CONFIGS[name]
+            results["figures"][name] = run_config(name, paths[kind], options, args)
+    results["loadavg_end"] = loadavg()
+    print(report(results))
+    output = args.output
+    if output is None and not args.quick:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        output = os.path.join(RESULTS, f"{stamp}-durable.json")
+    if output:
+        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
+        with open(output, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"bench: results in {output}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
