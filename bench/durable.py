@@ -18,6 +18,9 @@ from one pipelining client and from several clients at once, for:
   (what durability costs, both ways).
 
 Each client is its own process with its own handle; all start together.
+The three instances run side by side, and each repetition measures them
+in turn, in a rotated order, so that the machine's load (and its disk,
+which every sync waits on) hits them alike.
 """
 
 import argparse
@@ -61,8 +64,8 @@ CONFIGS = {
 #: Client modes: name -> (clients, requests each keeps in flight).
 MODES = {
     "1 client, 64 in flight": (1, 64),
-    "8 clients, 8 in flight each": (8, 8),
-    "8 clients, 1 in flight each": (8, 1),
+    "4 clients, 16 in flight each": (4, 16),
+    "4 clients, 1 in flight each": (4, 1),
 }
 
 
@@ -73,14 +76,12 @@ def client(uri, topic, jobids, window, start, out):
     todo = iter(jobids)
     latencies = []
     errors = []
-    futures = set()
 
     def send():
         jobid = next(todo, None)
         if jobid is None:
             return
         future = h.rpc(topic, {"id": jobid, "description": DESCRIPTION})
-        futures.add(future)
         future.then(answered, time.perf_counter())
 
     def answered(future, sent):
@@ -89,12 +90,12 @@ def client(uri, topic, jobids, window, start, out):
         except OSError as exc:
             errors.append(str(exc))
         latencies.append(time.perf_counter() - sent)
-        futures.discard(future)
         if len(latencies) == len(jobids):
             h.reactor_stop()
         else:
             send()
 
+    # Connected: start when every client is.
     start.wait()
     t0 = time.perf_counter()
     for _ in range(window):
@@ -106,7 +107,7 @@ def client(uri, topic, jobids, window, start, out):
 def measure(inst, topic, jobids, clients, window):
     """Holds on ``jobids`` from ``clients`` processes; return figures."""
     ctx = multiprocessing.get_context("spawn")
-    start = ctx.Event()
+    start = ctx.Barrier(clients + 1)
     out = ctx.Queue()
     shares = [jobids[i::clients] for i in range(clients)]
     procs = [
@@ -115,8 +116,7 @@ def measure(inst, topic, jobids, clients, window):
     ]
     for proc in procs:
         proc.start()
-    time.sleep(1.0)  # every client connected and waiting
-    start.set()
+    start.wait(timeout=120)
     results = [out.get(timeout=600) for _ in procs]
     for proc in procs:
         proc.join()
@@ -133,11 +133,19 @@ def measure(inst, topic, jobids, clients, window):
     }
 
 
-def submit_waiting(handle, count):
-    """Submit ``count`` jobs held in SCHED (urgency 0)."""
-    spec = flux.job.JobspecV1.from_command(["true"])
-    futures = [flux.job.submit_async(handle, spec, urgency=0) for _ in range(count)]
-    return [flux.job.submit_get_id(f) for f in futures]
+def submit_waiting(handle, count, window=256):
+    """Submit ``count`` jobs held in SCHED (urgency 0), ``window`` in
+    flight at a time (thousands of futures waited on one by one with
+    get() can abort in flux-core's client library)."""
+    encoded = flux.job.JobspecV1.from_command(["true"]).dumps()
+    ids = []
+    while len(ids) < count:
+        futures = [
+            flux.job.submit_async(handle, encoded, urgency=0)
+            for _ in range(min(window, count - len(ids)))
+        ]
+        ids.extend(int(f.get_id()) for f in futures)
+    return ids
 
 
 def log_commits(inst):
@@ -145,38 +153,70 @@ def log_commits(inst):
     return json.loads(out)["counters"]["log_commits"]
 
 
-def run_config(name, path, options, args):
-    kind = CONFIGS[name][0]
-    service = GATE_SERVICE if kind == "gate" else NATIVE_SERVICE
-    inst = Instance(cores=64, plugin=path, plugin_conf=options, config=BASE_CONFIG)
-    inst.start()
-    figures = {}
+class Target:
+    """One configuration's instance, and the figures measured on it."""
+
+    def __init__(self, name, path, options):
+        self.name = name
+        self.kind = CONFIGS[name][0]
+        service = GATE_SERVICE if self.kind == "gate" else NATIVE_SERVICE
+        self.topic = f"{service}.hold"
+        self.inst = Instance(
+            cores=64, plugin=path, plugin_conf=options, config=BASE_CONFIG
+        )
+        self.inst.start()
+        self.handle = self.inst.handle()
+        self.reps = {mode: [] for mode in MODES}
+
+    def measure(self, mode, count):
+        clients, window = MODES[mode]
+        jobids = submit_waiting(self.handle, count)
+        time.sleep(0.5)  # let the submissions' events settle
+        before = log_commits(self.inst) if self.kind == "gate" else None
+        row = measure(self.inst, self.topic, jobids, clients, window)
+        if before is not None:
+            commits = log_commits(self.inst) - before
+            row["holds_per_commit"] = row["holds"] / max(1, commits)
+        self.reps[mode].append(row)
+        print(
+            f"bench: {self.name:14} {mode:28} rep {len(self.reps[mode])}: "
+            f"{row['holds_per_s']:7.0f} holds/s  p50 {row['p50_ms']:6.2f} ms"
+            f"  p99 {row['p99_ms']:6.2f} ms",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def figures(self):
+        return {
+            mode: {"reps": reps, "median": median_row(reps)}
+            for mode, reps in self.reps.items()
+        }
+
+    def stop(self):
+        self.inst.stop()
+        self.inst.cleanup()
+
+
+def run_all(paths, args):
+    """Every configuration's instance runs throughout; each repetition
+    measures every mode on every configuration in turn, the order of
+    the configurations rotated from one repetition to the next, so that
+    the machine's load hits them alike."""
+    targets = []
     try:
-        handle = inst.handle()
-        for mode, (clients, window) in MODES.items():
-            reps = []
-            for rep in range(args.reps):
-                jobids = submit_waiting(handle, args.holds)
-                time.sleep(0.5)  # let the submissions' events settle
-                before = log_commits(inst) if kind == "gate" else None
-                row = measure(inst, f"{service}.hold", jobids, clients, window)
-                if before is not None:
-                    row["holds_per_commit"] = row["holds"] / max(
-                        1, log_commits(inst) - before
-                    )
-                reps.append(row)
-                print(
-                    f"bench: {name:14} {mode:28} rep {rep + 1}: "
-                    f"{row['holds_per_s']:7.0f} holds/s  p50 {row['p50_ms']:6.2f} ms"
-                    f"  p99 {row['p99_ms']:6.2f} ms",
-                    file=sys.stderr,
-                    flush=True,
-                )
-            figures[mode] = {"reps": reps, "median": median_row(reps)}
+        for name in args.configs:
+            kind, options = CONFIGS[name]
+            targets.append(Target(name, paths[kind], options))
+        for rep in range(args.reps):
+            shift = rep % len(targets)
+            order = targets[shift:] + targets[:shift]
+            for mode in MODES:
+                for target in order:
+                    target.measure(mode, args.holds)
+        return {target.name: target.figures() for target in targets}
     finally:
-        inst.stop()
-        inst.cleanup()
-    return figures
+        for target in targets:
+            target.stop()
 
 
 def median_row(reps):
@@ -231,18 +271,16 @@ def main(argv=None):
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "host": {"node": platform.node(), "cpus": os.cpu_count()},
         "loadavg_start": loadavg(),
-        "flux": subprocess.run(
-            ["flux", "version"], capture_output=True, text=True
-        ).stdout.split("\n")[0],
+        "flux": subprocess.run(["flux", "version"], capture_output=True, text=True)
+        .stdout.split("\n")[0]
+        .split()[-1],
         "params": {"holds": args.holds, "reps": args.reps},
         "configs": args.configs,
         "figures": {},
     }
     with tempfile.TemporaryDirectory(prefix="epilog-gate-durable-") as tmpdir:
         paths = {"gate": plugin_path(), "native": build_native(tmpdir)}
-        for name in args.configs:
-            kind, options = CONFIGS[name]
-            results["figures"][name] = run_config(name, paths[kind], options, args)
+        results["figures"] = run_all(paths, args)
     results["loadavg_end"] = loadavg()
     print(report(results))
     output = args.output

@@ -53,6 +53,7 @@ static struct flux_msglist *sent;
 static flux_future_t *inflight;
 static char *lines;
 static size_t lines_len, lines_size;
+static int appends;
 
 static struct hold *hold_create (const char *description)
 {
@@ -166,9 +167,17 @@ static void sync_done (flux_future_t *f, void *arg)
     flux_t *fh = flux_jobtap_get_flux (p);
     int rc = flux_future_get (f, NULL);
     int errnum = errno;
+    struct flux_msglist *done = sent;
     const flux_msg_t *msg;
 
-    msg = flux_msglist_first (sent);
+    flux_future_destroy (f);
+    inflight = NULL;
+    /* The next batch goes first: its sync overlaps these answers. */
+    if (!(sent = flux_msglist_create ()))
+        flux_log_error (fh, NAME ": msglist");
+    else
+        sync_send (p);
+    msg = flux_msglist_first (done);
     while (msg) {
         if (rc < 0) {
             if (flux_respond_error (fh, msg, errnum, NULL) < 0)
@@ -176,12 +185,9 @@ static void sync_done (flux_future_t *f, void *arg)
         }
         else if (hold_respond (p, msg) < 0)
             flux_log_error (fh, NAME ": hold: respond");
-        flux_msglist_delete (sent);
-        msg = flux_msglist_next (sent);
+        msg = flux_msglist_next (done);
     }
-    flux_future_destroy (f);
-    inflight = NULL;
-    sync_send (p);
+    flux_msglist_destroy (done);
 }
 
 /* Send the queued lines in one synced commit, unless one is in flight. */
@@ -193,13 +199,19 @@ static void sync_send (flux_plugin_t *p)
 
     if (inflight || lines_len == 0)
         return;
+    /* Like epilog-gate, replace the key every 256 appends so that it
+     * stays short (each append rewrites the key's list of blobrefs);
+     * with only the batch, not a snapshot of every hold: a lower bound.
+     */
     if (!(txn = flux_kvs_txn_create ())
-        || flux_kvs_txn_put (txn, FLUX_KVS_APPEND, "native-gate.holds",
-                             lines) < 0
+        || flux_kvs_txn_put (txn, ++appends > 256 ? 0 : FLUX_KVS_APPEND,
+                             "native-gate.holds", lines) < 0
         || !(inflight = flux_kvs_commit (fh, NULL, FLUX_KVS_SYNC, txn))
         || flux_future_then (inflight, -1., sync_done, p) < 0)
         flux_log_error (fh, NAME ": commit");
     flux_kvs_txn_destroy (txn);
+    if (appends > 256)
+        appends = 0;
     lines_len = 0;
     lines[0] = '\0';
     tmp = sent;
@@ -345,6 +357,7 @@ static void destroy (void *arg)
     free (lines);
     lines = NULL;
     lines_len = lines_size = 0;
+    appends = 0;
 }
 
 static const struct flux_plugin_handler handlers[] = {

@@ -101,11 +101,15 @@ class NotConfirmed(OSError):
 
 
 def hold_entry(hold):
-    """The log line that records ``hold``."""
-    context = {"id": hold.id, "description": hold.description}
-    if hold.timeout is not None:
-        context["timeout"] = hold.timeout
-    return _line(hold.t_hold, HOLD_EVENT, context)
+    """The log line that records ``hold``.  Kept on the hold: a snapshot
+    writes the line of every hold, and making tens of thousands of them
+    at once would stall the job-manager."""
+    if hold.entry is None:
+        context = {"id": hold.id, "description": hold.description}
+        if hold.timeout is not None:
+            context["timeout"] = hold.timeout
+        hold.entry = _line(hold.t_hold, HOLD_EVENT, context)
+    return hold.entry
 
 
 def cancel_entry(hold, timestamp):
@@ -193,6 +197,7 @@ class HoldLog:
         """Active ``hold`` was released with ``status``."""
         now = self.port.now()
         line = release_entry(hold, status, now)
+        self._forget_releases(now)
         self.recent.append((now, line))
         self._record(line, callback)
 
@@ -236,10 +241,14 @@ class HoldLog:
         except OSError as exc:
             self._committed(exc)
 
-    def _snapshot(self, live):
-        horizon = self.port.now() - RELEASE_GRACE
+    def _forget_releases(self, now):
+        """Drop the release entries that snapshots no longer need."""
+        horizon = now - RELEASE_GRACE
         while self.recent and self.recent[0][0] < horizon:
             self.recent.popleft()
+
+    def _snapshot(self, live):
+        self._forget_releases(self.port.now())
         releases = [line for _, line in self.recent]
         return "".join([hold_entry(hold) for hold in live] + releases)
 
@@ -265,9 +274,10 @@ class HoldLog:
                 error.errno or errno.EIO, f"recording in {KEY} failed: {error.strerror}"
             )
         self.sent = []
-        self._answer(waiters or (), error)
+        # The next batch goes first: its sync overlaps these answers.
         if fresh:
             self._kick()
+        self._answer(waiters or (), error)
 
     def _answer(self, waiters, error):
         for callback in waiters:

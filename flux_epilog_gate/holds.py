@@ -65,6 +65,7 @@ class Hold:
         "t_start",
         "timeout",
         "timer",
+        "entry",
     )
 
     def __init__(self, jobid, description, userid, t_hold, timeout=None):
@@ -76,6 +77,8 @@ class Hold:
         self.t_start = None
         self.timeout = timeout
         self.timer = None
+        # Its line in the hold log, once made (see holdlog.hold_entry).
+        self.entry = None
 
     def to_dict(self):
         """Return the hold as a ``list`` entry."""

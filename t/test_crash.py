@@ -14,10 +14,19 @@ import time
 
 import flux.job
 import pytest
-from jobs import eventlog, named, names, settle, submit, wait_event, wait_inactive
+from jobs import (
+    eventlog,
+    named,
+    names,
+    query,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY, parse
+from flux_epilog_gate.holdlog import KEY, MAX_APPENDS, parse
 
 #: Requests sent at once, so that many share a sync.
 N = 30
@@ -160,3 +169,35 @@ def test_acknowledged_cancels_of_pending_holds_survive_sigkill(inst):
     for jobid in jobids:
         wait_inactive(handle, jobid)
         assert named(eventlog(handle, jobid), "epilog-start") == []
+
+
+def test_acknowledged_requests_survive_sigkill_across_a_snapshot(inst):
+    """Enough synced writes that the hold log is replaced by a snapshot
+    after releases of active holds: the snapshot keeps what a restart
+    needs, and drops what it does not."""
+    handle, gate = inst.handle(), EpilogGate(inst.handle())
+    active = [submit(handle, urgency=0) for _ in range(10)]
+    all_answered([gate.hold_async(jobid, "a") for jobid in active])
+    cancelled_at_point(handle, gate, active, "a")
+    pending = [submit(handle, urgency=0) for _ in range(MAX_APPENDS // 2 + 40)]
+    checkpoint(inst)
+    # One request at a time: a synced write each, MAX_APPENDS and more.
+    for jobid in pending:
+        gate.hold(jobid, "b")
+    for jobid in active:
+        assert gate.release(jobid, "a") == {"released": True}
+    cancelled, kept = pending[: len(pending) // 2], pending[len(pending) // 2 :]
+    for jobid in cancelled:
+        assert gate.release(jobid, "b") == {"released": True}
+    assert query(inst)["counters"]["log_commits"] > MAX_APPENDS
+    handle, gate = crash_and_restart(inst)
+
+    assert sorted((h["id"], h["description"]) for h in gate.list()) == sorted(
+        (jobid, "b") for jobid in kept
+    )
+    for jobid in active:
+        wait_inactive(handle, jobid)
+        assert len(named(eventlog(handle, jobid), "epilog-finish", "a")) == 1
+    # The snapshot left out the holds cancelled before it.
+    logged = parse(inst.flux("kvs", "get", KEY).stdout)[0]
+    assert cancelled[0] not in logged and all(jobid in logged for jobid in kept)

@@ -114,3 +114,18 @@ def test_requests_in_flight_when_the_plugin_is_removed_are_all_answered(
     jobs = logged(inst)
     assert all(jobid in jobs for jobid in jobids)
     assert dmesg(inst, "uncaught") == [] and inst.alive()
+
+
+def test_without_a_backing_store_holds_are_recorded_without_sync(inst):
+    """A sync needs the content backing store: without one the gate says
+    so once, and records (and answers) holds all the same."""
+    inst.flux("module", "remove", "content-sqlite")
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobids = [submit(handle, urgency=0) for _ in range(3)]
+    for jobid in jobids:
+        assert gate.hold(jobid, "bb")["state"] == "pending"
+    assert len(dmesg(inst, "cannot sync")) == 1
+    assert all(jobid in logged(inst) for jobid in jobids)
+    for jobid in jobids:
+        assert gate.release(jobid, "bb") == {"released": True}
