@@ -29,6 +29,12 @@ marked with :data:`MARKER` and the hold's timeout: that is where its
 hold record nothing, but are answered only once every record already
 queued or in flight is durable, so no answer runs ahead of the log.
 
+**In force at once, answered once durable.**  A request takes effect
+when it arrives (a hold must already hold a job cancelled a moment
+later; a pending hold cancelled must not become active meanwhile) and is
+recorded then; only its answer waits.  A request not answered yet when
+the broker dies may or may not have taken effect.
+
 **Group commit.**  At most one commit is in flight.  Records made
 meanwhile are queued and all go into the next commit, which is sent as
 soon as the one in flight has answered; the answers of a batch are sent
