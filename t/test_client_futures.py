@@ -1,0 +1,81 @@
+"""Many requests in flight from one client (issue: a cleanup service that
+waited on thousands of live futures with get() aborted inside libflux).
+
+A get() that has to wait runs a reactor of the future's own, which lives
+as long as the future: one descriptor per live, waited future.  The
+client's wait_all() waits on the handle's own reactor instead.
+"""
+
+import os
+
+import flux.job
+from jobs import submit, wait_inactive
+
+#: Jobs held, then cancelled and released with interleaved futures.
+JOBS = 300
+
+
+def open_descriptors():
+    return len(os.listdir("/proc/self/fd"))
+
+
+def held_jobs(handle, gate, count):
+    jobs = [submit(handle, urgency=0) for _ in range(count)]
+    for answer in gate.wait_all(gate.hold_async(j, "bb") for j in jobs):
+        assert answer["state"] == "pending"
+    return jobs
+
+
+def test_get_on_many_live_futures_keeps_one_descriptor_each(instance, gate):
+    """The cause: it is the pattern, one reactor per waited future."""
+    handle = instance.handle()
+    before = open_descriptors()
+    futures = [handle.rpc("job-manager.epilog-gate.list", {}) for _ in range(JOBS)]
+    waited = 0
+    for future in futures:
+        waited += not future.is_ready()
+        future.get()
+    grown = open_descriptors() - before
+    del futures
+    assert waited > JOBS // 2 and grown >= waited
+
+
+def test_wait_all_of_interleaved_cancels_and_releases(instance, no_leftover_holds):
+    handle = instance.handle()
+    from flux_epilog_gate import EpilogGate
+
+    gate = EpilogGate(handle)
+    jobs = held_jobs(handle, gate, JOBS)
+    before = open_descriptors()
+    futures = []
+    for jobid in jobs:
+        futures.append(flux.job.cancel_async(handle, jobid))
+        futures.append(gate.release_async(jobid, "bb"))
+    results = gate.wait_all(futures)
+    assert open_descriptors() - before < 10
+    assert not [r for r in results if isinstance(r, OSError)]
+    # Each release answered: the hold was cancelled while pending, or
+    # (cancel first) released once active.
+    assert all("released" in r for r in results[1::2])
+    for jobid in jobs[-3:]:
+        wait_inactive(handle, jobid)
+    assert gate.list() == []
+
+
+def test_release_many_answers_each_hold_in_order(instance, no_leftover_holds):
+    handle = instance.handle()
+    from flux_epilog_gate import EpilogGate
+
+    gate = EpilogGate(handle)
+    jobs = held_jobs(handle, gate, 3)
+    unknown = 123456789
+    answers = gate.release_many([(jobs[0], "bb"), (unknown, "bb"), (jobs[2], "x")])
+    assert answers[0] == {"released": True}
+    assert isinstance(answers[1], OSError) and "unknown job" in answers[1].strerror
+    assert isinstance(answers[2], OSError) and "has no hold x" in answers[2].strerror
+    for jobid in jobs:
+        flux.job.cancel(handle, jobid)
+
+
+def test_wait_all_of_nothing_returns_at_once(gate):
+    assert gate.wait_all([]) == []
