@@ -79,3 +79,10 @@ def test_release_many_answers_each_hold_in_order(instance, no_leftover_holds):
 
 def test_wait_all_of_nothing_returns_at_once(gate):
     assert gate.wait_all([]) == []
+
+
+def test_hold_takes_a_flux_standard_duration(instance, gate, no_leftover_holds):
+    jobid = submit(instance.handle(), urgency=0)
+    gate.hold(jobid, "fsd", timeout="1.5h")
+    assert gate.list(jobid)[0]["timeout"] == 5400.0
+    flux.job.cancel(instance.handle(), jobid)

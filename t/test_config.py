@@ -82,7 +82,9 @@ def test_config_reload_changes_default_timeout(new_instance):
 
 def annotation(inst, jobid):
     """What flux jobs shows in the documented field."""
-    return inst.flux("jobs", "-n", "-o", "{user.epilog_gate}", str(jobid)).stdout.strip()
+    return inst.flux(
+        "jobs", "-n", "-o", "{user.epilog_gate}", str(jobid)
+    ).stdout.strip()
 
 
 def annotation_is(inst, jobid, text, timeout=10.0):
@@ -151,3 +153,23 @@ def test_jobs_are_not_annotated_by_default(new_instance):
     jobid = held_in_cleanup(inst, "bb")
     # flux jobs prints "" for a missing annotation
     assert annotation(inst, jobid) == ""
+
+
+def test_rule_equals_matches_only_the_same_type_and_value(new_instance):
+    inst = new_instance(
+        config='[[epilog-gate.rules]]\nattribute = "user.tier"\n'
+        'equals = 1\ndescription = "tier"\ntimeout = "10m"\n'
+    )
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    # (1, True and 1.0 are one key in a dict: a list of pairs)
+    values = [1, True, 1.0, "1"]
+    jobs = [submit(handle, urgency=0, **{"user.tier": v}) for v in values]
+    for jobid in jobs:
+        wait_event(handle, jobid, "priority")  # rules apply before it
+    held = [[h["description"] for h in gate.list(jobid)] for jobid in jobs]
+    assert held == [["tier"], [], [], []]
+    assert gate.list(jobs[0])[0]["timeout"] == 600.0
+    for jobid in jobs:
+        flux.job.cancel(handle, jobid)
+    gate.release(jobs[0], "tier")
