@@ -31,6 +31,7 @@ from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_f
 
 from .client import EpilogGate
 from .config import Config, ConfigError, duration_problem, parse_duration
+from .holds import description_error
 from .paths import plugin_path
 
 PROG = "flux-epilog-gate"
@@ -221,6 +222,9 @@ def release_targets(gate, args):
     if args.all:
         if jobids:
             raise Usage("--all takes a DESCRIPTION and no JOBID")
+        problem = description_error(description)
+        if problem:
+            raise ValueError(problem)  # as the plugin would refuse it
         targets = sorted(
             h["id"] for h in gate.list() if h["description"] == description
         )
@@ -229,7 +233,10 @@ def release_targets(gate, args):
     else:
         if not jobids:
             raise Usage("release needs JOBID... DESCRIPTION (or --all DESCRIPTION)")
-        targets = [int(jobid(text)) for text in jobids]
+        try:
+            targets = [int(jobid(text)) for text in jobids]
+        except argparse.ArgumentTypeError as exc:
+            raise Usage(str(exc)) from None
     return description, [(target, description) for target in targets]
 
 

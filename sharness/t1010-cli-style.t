@@ -215,6 +215,16 @@ test_expect_success 'release --all with a JOBID, or without one, is a usage erro
 	test_expect_code 2 flux-epilog-gate release bb 2>one.err &&
 	grep "JOBID... DESCRIPTION" one.err
 '
+test_expect_success 'release of a malformed job id is a usage error' '
+	test_expect_code 2 flux-epilog-gate release $jobid "not!a-job" bb \
+		2>badid.err &&
+	grep "invalid job id" badid.err &&
+	flux-epilog-gate list --json $jobid | jq -e "length == 2"
+'
+test_expect_success 'release --all of a bad description is refused, saying why' '
+	test_expect_code 1 flux-epilog-gate release --all "bad desc" 2>bad.err &&
+	grep "letters, digits" bad.err
+'
 test_expect_success 'help says what each command does' '
 	flux-epilog-gate --help >top.help &&
 	for cmd in path load hold release list watch; do
