@@ -7,6 +7,8 @@ client's wait_all() waits on the handle's own reactor instead.
 """
 
 import os
+import subprocess
+import sys
 
 import flux.job
 from jobs import submit, wait_inactive
@@ -26,17 +28,32 @@ def held_jobs(handle, gate, count):
     return jobs
 
 
-def test_get_on_many_live_futures_keeps_one_descriptor_each(instance, gate):
+#: In a process of its own, so that nothing else opens or frees
+#: descriptors meanwhile: N live futures waited one by one with get().
+GET_EACH = """
+import os, sys
+import flux_epilog_gate, flux
+h = flux.Flux()
+before = len(os.listdir("/proc/self/fd"))
+futures = [h.rpc("job-manager.epilog-gate.list", {}) for _ in range(int(sys.argv[1]))]
+waited = 0
+for future in futures:
+    waited += not future.is_ready()
+    future.get()
+print(waited, len(os.listdir("/proc/self/fd")) - before)
+"""
+
+
+def test_get_on_many_live_futures_keeps_one_descriptor_each(instance):
     """The cause: it is the pattern, one reactor per waited future."""
-    handle = instance.handle()
-    before = open_descriptors()
-    futures = [handle.rpc("job-manager.epilog-gate.list", {}) for _ in range(JOBS)]
-    waited = 0
-    for future in futures:
-        waited += not future.is_ready()
-        future.get()
-    grown = open_descriptors() - before
-    del futures
+    out = subprocess.run(
+        [sys.executable, "-c", GET_EACH, str(JOBS)],
+        env=instance.env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    waited, grown = map(int, out.split())
     assert waited > JOBS // 2 and grown >= waited
 
 
