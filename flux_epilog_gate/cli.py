@@ -42,6 +42,8 @@ EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 STATES = ("pending", "active")
 
+JOBID_HELP = "a job id in any Flux form (f58, decimal, hex, dothex, words)"
+
 
 class Usage(Exception):
     """A usage error found after parsing (exit 2)."""
@@ -138,6 +140,7 @@ class HoldFormat(OutputFormat):
         "age": "AGE",
         "active": "ACTIVE",
         "timeout": "TIMEOUT",
+        # A hold's point (epilog, prolog) goes here once holds carry one.
     }
 
 
@@ -349,6 +352,8 @@ def parser():
     top = FluxArgumentParser(
         prog=PROG,
         description="Hold Flux jobs' clean until named cleanup work is done.",
+        epilog="Exit status: 0 success, 1 a request refused (any of several), "
+        "2 a usage error, 130 interrupted.  See flux-epilog-gate(1).",
     )
     sub = top.add_subparsers(
         title="commands", dest="command", required=True, metavar="COMMAND"
@@ -361,7 +366,12 @@ def parser():
 
     command("path", cmd_path, "print the path of the installed plugin")
 
-    p = command("load", cmd_load, "check options, then load the plugin")
+    p = command(
+        "load",
+        cmd_load,
+        "load the installed plugin into the job-manager, its options checked "
+        "first (a bad one is named and nothing is loaded)",
+    )
     p.add_argument(
         "options",
         nargs="*",
@@ -370,9 +380,14 @@ def parser():
         help="plugin options, as flux jobtap load takes them",
     )
 
-    p = command("hold", cmd_hold, "register a hold on a job")
-    p.add_argument("jobid", type=jobid, metavar="JOBID")
-    p.add_argument("description", metavar="DESCRIPTION")
+    p = command(
+        "hold",
+        cmd_hold,
+        "register hold DESCRIPTION on job JOBID: from the job's epilog point "
+        "it keeps the job from clean until released; print the hold",
+    )
+    p.add_argument("jobid", type=jobid, metavar="JOBID", help=JOBID_HELP)
+    p.add_argument("description", metavar="DESCRIPTION", help="1-64 of [A-Za-z0-9._-]")
     p.add_argument(
         "-t",
         "--timeout",
@@ -410,8 +425,13 @@ def parser():
         "-q", "--quiet", action="store_true", help="print nothing for released holds"
     )
 
-    p = command("list", cmd_list, "list holds")
-    p.add_argument("jobids", nargs="*", type=jobid, metavar="JOBID")
+    p = command(
+        "list",
+        cmd_list,
+        "list the holds the caller may see, or those of each JOBID (an "
+        "unknown JOBID is an error)",
+    )
+    p.add_argument("jobids", nargs="*", type=jobid, metavar="JOBID", help=JOBID_HELP)
     p.add_argument(
         "-o",
         "--format",
@@ -449,8 +469,17 @@ def parser():
     )
     p.add_argument("--json", action="store_true", help="print a JSON array")
 
-    p = command("watch", cmd_watch, "print holds as they become active")
-    p.add_argument("descriptions", nargs="*", metavar="DESCRIPTION")
+    p = command(
+        "watch",
+        cmd_watch,
+        "print every active hold, then each hold as it becomes active",
+    )
+    p.add_argument(
+        "descriptions",
+        nargs="*",
+        metavar="DESCRIPTION",
+        help="only holds of these descriptions",
+    )
     p.add_argument("--json", action="store_true", help="print JSON lines")
     p.add_argument(
         "-c", "--count", type=count, metavar="N", help="exit after N holds (N >= 1)"
