@@ -173,3 +173,22 @@ def test_rule_equals_matches_only_the_same_type_and_value(new_instance):
     for jobid in jobs:
         flux.job.cancel(handle, jobid)
     gate.release(jobs[0], "tier")
+
+
+def test_annotation_stays_current_across_a_restart(new_instance):
+    inst = new_instance(
+        plugin_conf={"annotate": True}, env={"FLUX_DISABLE_JOB_CLEANUP": "1"}
+    )
+    jobid = held_in_cleanup(inst, "bb", "umount")
+    assert annotation_is(inst, jobid, "bb,umount")
+    inst.stop()
+    inst.start()
+    # The job-manager restores it from the job's memo events.
+    assert annotation_is(inst, jobid, "bb,umount")
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    gate.release(jobid, "bb")
+    assert annotation_is(inst, jobid, "umount")
+    gate.release(jobid, "umount")
+    wait_event(handle, jobid, "clean")
+    assert annotation_is(inst, jobid, "")
