@@ -14,6 +14,11 @@ The "buffer" here is a directory under ``--root``; a job asks for one with
 the jobspec attribute ``system.bb`` (``flux submit --setattr=system.bb=1``).
 Because the gate answers a watch with every hold that is already active,
 a restarted service picks up where it left off.
+
+Every request is asynchronous, its answer handled by a ``then()``
+callback on the service's one reactor: a service never blocks in
+``get()``, and never keeps futures waiting in a reactor of their own (see
+README, "For cleanup-service authors").
 """
 
 import argparse
@@ -51,8 +56,17 @@ class BurstBufferService:
         if "bb" not in event.jobspec.get("attributes", {}).get("system", {}):
             return
         os.makedirs(self.buffer(event.jobid), exist_ok=True)
-        self.gate.hold(event.jobid, DESCRIPTION, timeout=60)
-        print(f"bb: created {self.buffer(event.jobid)}, holding", flush=True)
+        future = self.gate.hold_async(event.jobid, DESCRIPTION, timeout=60)
+        future.then(self.answered, f"created {self.buffer(event.jobid)}, holding")
+
+    def answered(self, future, what):
+        """The answer of a hold or release: say what was done, or why not."""
+        try:
+            future.get()  # fulfilled: does not wait
+        except OSError as exc:
+            print(f"bb: {what}: failed: {exc.strerror}", flush=True)
+            return
+        print(f"bb: {what}", flush=True)
 
     def watch(self, *args):
         self.gate.watch_async([DESCRIPTION]).then(self.on_active)
@@ -76,8 +90,11 @@ class BurstBufferService:
         except OSError as exc:
             print(f"bb: teardown of {path} failed: {exc}", flush=True)
             status = 1
-        self.gate.release_async(hold["id"], DESCRIPTION, status)
-        print(f"bb: tore down {path} (ran={hold['ran']}), released", flush=True)
+        future = self.gate.release_async(hold["id"], DESCRIPTION, status)
+        future.then(self.released, f"tore down {path} (ran={hold['ran']}), released")
+
+    def released(self, future, what):
+        self.answered(future, what)
         if self.remaining is not None:
             self.remaining -= 1
             if self.remaining <= 0:

@@ -1,24 +1,55 @@
 """flux-epilog-gate: the command line of the epilog gate.
 
 Also reachable as ``flux epilog-gate`` when ``flux`` can find it (see
-README).  Built on :class:`flux_epilog_gate.EpilogGate`; the plugin checks
-every request, so this only parses arguments and prints answers.
+README).  Built on :class:`flux_epilog_gate.EpilogGate` and on flux-core's
+own command-line helpers (``flux.util``), as ``flux jobs`` is: durations
+are Flux Standard Durations, ``list`` takes ``flux jobs``-style formats.
+The plugin checks every request, so this parses arguments and prints
+answers.
+
+Exit status: 0 success; 1 a request refused or the plugin unreachable
+(for several holds: any of them); 2 a usage error; 130 interrupted.  A
+closed standard output (``| head``) ends the command quietly, status 0.
 """
 
 import argparse
 import errno
+import functools
 import json
+import logging
+import math
+import os
+import pwd
 import sys
 import time
 
 # The package's __init__ has made flux-core's bindings importable.
 import flux
+from flux.cli.argparse import FluxArgumentParser
 from flux.job import JobID
+from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_fsd
 
 from .client import EpilogGate
+from .config import Config, ConfigError, duration_problem, parse_duration
+from .holds import description_error
 from .paths import plugin_path
 
 PROG = "flux-epilog-gate"
+LOGGER = logging.getLogger(PROG)
+
+#: Exit statuses (see EXIT STATUS in flux-epilog-gate(1)).
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+STATES = ("pending", "active")
+
+JOBID_HELP = "a job id in any Flux form (f58, decimal, hex, dothex, words)"
+
+
+class Usage(Exception):
+    """A usage error found after parsing (exit 2)."""
+
+
+# Argument types
 
 
 def jobid(text):
@@ -28,8 +59,140 @@ def jobid(text):
         raise argparse.ArgumentTypeError(f"invalid job id {text!r}") from None
 
 
+def timeout(text):
+    """A Flux Standard Duration greater than 0 (``90``, ``90s``, ``10m``)."""
+    try:
+        seconds = parse_fsd(text)
+    except ValueError:
+        seconds = None
+    if seconds is not None and duration_problem(seconds) is None:
+        return seconds
+    try:
+        # The configuration's parser reads the same and says what is wrong.
+        return parse_duration(text, "timeout")
+    except ConfigError as exc:
+        problem = str(exc)[len("timeout: ") :]
+        raise argparse.ArgumentTypeError(problem) from None
+
+
+def count(text):
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
+    return value
+
+
+def words(text):
+    """A comma-separated list."""
+    return [word for word in text.split(",") if word]
+
+
+# list: fields and formats
+
+
+class HoldInfo:
+    """One hold as the ``list`` format fields see it."""
+
+    def __init__(self, hold, now):
+        self.id = JobID(hold["id"])
+        self.description = hold["description"]
+        self.state = hold["state"]
+        self.userid = hold["userid"]
+        self.username = username(self.userid)
+        self.t_hold = hold["t_hold"]
+        self.t_start = hold.get("t_start", "")
+        self.age = max(0.0, now - self.t_hold)
+        self.active = max(0.0, now - self.t_start) if self.t_start != "" else ""
+        self.timeout = hold.get("timeout", "")
+
+
+@functools.lru_cache(maxsize=None)
+def username(userid):
+    """The user's name, or the id if it has none here."""
+    try:
+        return pwd.getpwuid(userid).pw_name
+    except KeyError:
+        return str(userid)
+
+
+class HoldFormat(OutputFormat):
+    """``flux jobs``-style formats of holds."""
+
+    headings = {
+        "id": "JOBID",
+        "id.f58": "JOBID",
+        "id.f58plain": "JOBID",
+        "id.dec": "JOBID",
+        "id.hex": "JOBID",
+        "id.dothex": "JOBID",
+        "id.kvs": "JOBID",
+        "id.words": "JOBID",
+        "id.emoji": "JOBID",
+        "description": "DESCRIPTION",
+        "state": "STATE",
+        "userid": "UID",
+        "username": "USER",
+        "t_hold": "T_HOLD",
+        "t_start": "T_START",
+        "age": "AGE",
+        "active": "ACTIVE",
+        "timeout": "TIMEOUT",
+        # A hold's point (epilog, prolog) goes here once holds carry one.
+    }
+
+
+class HoldConfig(UtilConfig):
+    """Named formats of ``list``, with user ones from
+    ``flux-epilog-gate.toml`` in the XDG config directories."""
+
+    builtin_formats = {
+        "default": {
+            "description": "Default list format",
+            "format": (
+                "+:{id.f58:<12} +:{description:<11} {state:<7} +:{username:<8} "
+                "{age!F:>7} {active!F:>7h} {timeout!F:>7h}"
+            ),
+        },
+        "long": {
+            "description": "With user ids and the times of hold and start",
+            "format": (
+                "+:{id.f58:<12} +:{description:<11} {state:<7} +:{username:<8} "
+                "{userid:>6} {t_hold!d:%b%d %T::>15} {t_start!d:%b%d %T::>15h} "
+                "{age!F:>7} {active!F:>7h} {timeout!F:>7h}"
+            ),
+        },
+    }
+
+    def __init__(self):
+        super().__init__(
+            name=PROG, initial_dict={"formats": dict(self.builtin_formats)}
+        )
+
+    def validate(self, path, config):
+        for key, value in config.items():
+            if key != "formats":
+                raise ValueError(f"{path}: invalid key {key}")
+            self.validate_formats(path, value)
+
+
+# Commands
+
+
 def cmd_path(args):
     print(plugin_path())
+
+
+def cmd_load(args):
+    """Check the options here, where a bad one can be named, then load."""
+    options = dict(args.options)
+    Config.from_sources(options)
+    request = {"load": plugin_path()}
+    if options:
+        request["conf"] = options
+    flux.Flux().rpc("job-manager.jobtap", request).get()
 
 
 def cmd_hold(args):
@@ -39,39 +202,92 @@ def cmd_hold(args):
 
 
 def cmd_release(args):
-    answer = EpilogGate(flux.Flux()).release(args.jobid, args.description, args.status)
-    if not answer["released"]:
-        print(
-            f"{PROG}: {args.jobid.f58} {args.description}: "
-            f"nothing to release ({answer.get('reason', 'gone')})",
-            file=sys.stderr,
+    gate = EpilogGate(flux.Flux())
+    description, targets = release_targets(gate, args)
+    answers = gate.release_many(targets, args.status)
+    refused = False
+    for (target, _), answer in zip(targets, answers):
+        what = f"{JobID(target).f58} {description}"
+        if isinstance(answer, OSError):
+            LOGGER.error("%s: %s", what, answer.strerror or answer)
+            refused = True
+        elif not answer["released"]:
+            reason = answer.get("reason", "gone")
+            LOGGER.warning("%s: nothing to release (%s)", what, reason)
+        elif not args.quiet:
+            print(f"{what} released")
+    return EXIT_REFUSED if refused else EXIT_OK
+
+
+def release_targets(gate, args):
+    """``(description, [(jobid, description)...])`` from the arguments."""
+    *jobids, description = args.arguments
+    if args.all:
+        if jobids:
+            raise Usage("--all takes a DESCRIPTION and no JOBID")
+        problem = description_error(description)
+        if problem:
+            raise ValueError(problem)  # as the plugin would refuse it
+        targets = sorted(
+            h["id"] for h in gate.list() if h["description"] == description
         )
-
-
-def _age(t):
-    return f"{max(0.0, time.time() - t):.1f}s"
+        if not targets:
+            LOGGER.warning("no hold %s to release", description)
+    else:
+        if not jobids:
+            raise Usage("release needs JOBID... DESCRIPTION (or --all DESCRIPTION)")
+        try:
+            targets = [int(jobid(text)) for text in jobids]
+        except argparse.ArgumentTypeError as exc:
+            raise Usage(str(exc)) from None
+    return description, [(target, description) for target in targets]
 
 
 def cmd_list(args):
-    holds = EpilogGate(flux.Flux()).list(args.jobid)
+    gate = EpilogGate(flux.Flux())
+    holds, refused = fetch_holds(gate, args.jobids)
+    holds = [hold for hold in holds if wanted(hold, args)]
+    holds.sort(key=lambda h: (h["id"], h["description"]))
     if args.json:
         print(json.dumps(holds))
-        return
-    print(
-        f"{'JOBID':<14} {'DESCRIPTION':<24} {'STATE':<8} {'USER':>6} "
-        f"{'HELD':>8} {'ACTIVE':>8} {'TIMEOUT':>8}"
+    else:
+        try:
+            fmt = HoldConfig().load().get_format_string(args.format)
+            formatter = HoldFormat(fmt)
+        except ValueError as exc:
+            raise Usage(str(exc)) from None
+        now = time.time()
+        items = [HoldInfo(hold, now) for hold in holds]
+        formatter.print_items(items, no_header=args.no_header)
+    return EXIT_REFUSED if refused else EXIT_OK
+
+
+def fetch_holds(gate, jobids):
+    """The holds of ``jobids`` (all if none) and whether any job was
+    refused (unknown, not visible)."""
+    if not jobids:
+        return gate.list(), False
+    answers = gate.wait_all(gate.list_async(target) for target in jobids)
+    holds, refused = [], False
+    for answer in answers:
+        if isinstance(answer, OSError):
+            LOGGER.error("%s", answer.strerror or answer)
+            refused = True
+        else:
+            holds.extend(answer["holds"])
+    return holds, refused
+
+
+def wanted(hold, args):
+    return (
+        (not args.states or hold["state"] in args.states)
+        and (args.userids is None or hold["userid"] in args.userids)
+        and (not args.descriptions or hold["description"] in args.descriptions)
     )
-    for hold in sorted(holds, key=lambda h: (h["id"], h["description"])):
-        active = _age(hold["t_start"]) if "t_start" in hold else "-"
-        timeout = f"{hold['timeout']:g}s" if "timeout" in hold else "-"
-        print(
-            f"{JobID(hold['id']).f58:<14} {hold['description']:<24} "
-            f"{hold['state']:<8} {hold['userid']:>6} {_age(hold['t_hold']):>8} "
-            f"{active:>8} {timeout:>8}"
-        )
 
 
 def cmd_watch(args):
+    remaining = args.count
     for hold in EpilogGate(flux.Flux()).watch(args.descriptions):
         if args.json:
             print(json.dumps(hold), flush=True)
@@ -82,78 +298,243 @@ def cmd_watch(args):
                 f"userid={hold['userid']} {ran}",
                 flush=True,
             )
-        if args.count is not None:
-            args.count -= 1
-            if args.count <= 0:
+        if remaining is not None:
+            remaining -= 1
+            if remaining == 0:
                 return
 
 
+def userids(text):
+    """``--user``: names or ids, comma-separated, or ``all``."""
+    if text == "all":
+        return None
+    found = set()
+    for word in words(text):
+        if word.isdigit():
+            found.add(int(word))
+            continue
+        try:
+            found.add(pwd.getpwnam(word).pw_uid)
+        except KeyError:
+            raise argparse.ArgumentTypeError(f"unknown user {word!r}") from None
+    return found
+
+
+def states(text):
+    chosen = words(text)
+    for state in chosen:
+        if state not in STATES:
+            raise argparse.ArgumentTypeError(
+                f"invalid state {state!r} (choose from {', '.join(STATES)})"
+            )
+    return chosen
+
+
+def option(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    try:
+        # As flux jobtap load reads it, but a number JSON cannot carry
+        # (1e309, NaN) stays text, for the plugin's parser to name.
+        value = json.loads(value, parse_constant=str, parse_float=_finite_or_text)
+    except ValueError:
+        pass  # a string, as flux jobtap load takes it
+    return key, value
+
+
+def _finite_or_text(text):
+    number = float(text)
+    return number if math.isfinite(number) else text
+
+
 def parser():
-    top = argparse.ArgumentParser(
-        prog=PROG, description="Hold Flux jobs' clean until cleanup is done."
+    top = FluxArgumentParser(
+        prog=PROG,
+        description="Hold Flux jobs' clean until named cleanup work is done.",
+        epilog="Exit status: 0 success, 1 a request refused (any of several), "
+        "2 a usage error, 130 interrupted.  See flux-epilog-gate(1).",
     )
-    sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = top.add_subparsers(
+        title="commands", dest="command", required=True, metavar="COMMAND"
+    )
 
-    p = sub.add_parser("path", help="print the path of the installed plugin")
-    p.set_defaults(func=cmd_path)
+    def command(name, func, help, **kwargs):
+        p = sub.add_parser(name, help=help, description=help, **_formatting(), **kwargs)
+        p.set_defaults(func=func, parser=p)
+        return p
 
-    p = sub.add_parser("hold", help="register a hold on a job")
-    p.add_argument("jobid", type=jobid)
-    p.add_argument("description")
+    command("path", cmd_path, "print the path of the installed plugin")
+
+    p = command(
+        "load",
+        cmd_load,
+        "load the installed plugin into the job-manager, its options checked "
+        "first (a bad one is named and nothing is loaded)",
+    )
+    p.add_argument(
+        "options",
+        nargs="*",
+        type=option,
+        metavar="KEY=VALUE",
+        help="plugin options, as flux jobtap load takes them",
+    )
+
+    p = command(
+        "hold",
+        cmd_hold,
+        "register hold DESCRIPTION on job JOBID: from the job's epilog point "
+        "it keeps the job from clean until released; print the hold",
+    )
+    p.add_argument("jobid", type=jobid, metavar="JOBID", help=JOBID_HELP)
+    p.add_argument("description", metavar="DESCRIPTION", help="1-64 of [A-Za-z0-9._-]")
     p.add_argument(
         "-t",
         "--timeout",
-        type=float,
-        metavar="SECONDS",
-        help="finish the hold with a failure after SECONDS active",
+        type=timeout,
+        metavar="FSD",
+        help="finish the hold with status 124 once active this long "
+        "(a Flux Standard Duration: 90, 90s, 10m, 1.5h, 2d)",
     )
-    p.add_argument("-q", "--quiet", action="store_true")
-    p.set_defaults(func=cmd_hold)
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
 
-    p = sub.add_parser("release", help="release a hold")
-    p.add_argument("jobid", type=jobid)
-    p.add_argument("description")
+    p = command(
+        "release",
+        cmd_release,
+        "release hold DESCRIPTION of each JOBID, or of every job (--all)",
+        usage=f"{PROG} release [-h] [-s STATUS] [-q] JOBID... DESCRIPTION\n"
+        f"       {PROG} release [-h] [-s STATUS] [-q] --all DESCRIPTION",
+    )
+    p.add_argument(
+        "arguments", nargs="+", metavar="JOBID... DESCRIPTION", help=argparse.SUPPRESS
+    )
+    p.add_argument(
+        "-a",
+        "--all",
+        action="store_true",
+        help="release every hold DESCRIPTION (no JOBID)",
+    )
     p.add_argument(
         "-s",
         "--status",
         type=int,
         default=0,
-        help="status of the cleanup (non-zero raises an exception)",
+        help="status of the cleanup (non-zero raises a job exception)",
     )
-    p.set_defaults(func=cmd_release)
+    p.add_argument(
+        "-q", "--quiet", action="store_true", help="print nothing for released holds"
+    )
 
-    p = sub.add_parser("list", help="list holds")
-    p.add_argument("jobid", type=jobid, nargs="?")
-    p.add_argument("--json", action="store_true", help="print JSON")
-    p.set_defaults(func=cmd_list)
+    p = command(
+        "list",
+        cmd_list,
+        "list the holds the caller may see, or those of each JOBID (an "
+        "unknown JOBID is an error)",
+    )
+    p.add_argument("jobids", nargs="*", type=jobid, metavar="JOBID", help=JOBID_HELP)
+    p.add_argument(
+        "-o",
+        "--format",
+        default="default",
+        metavar="FORMAT",
+        help="a named format or a format string ('-o help' lists the names)",
+    )
+    p.add_argument(
+        "-n", "--no-header", action="store_true", help="do not print the header"
+    )
+    p.add_argument(
+        "--state",
+        dest="states",
+        type=states,
+        default=[],
+        metavar="STATE,...",
+        help="only holds in these states (pending, active)",
+    )
+    p.add_argument(
+        "-u",
+        "--user",
+        dest="userids",
+        type=userids,
+        default=None,
+        metavar="USER,...",
+        help="only holds on jobs of these users (names or ids, or all)",
+    )
+    p.add_argument(
+        "--description",
+        dest="descriptions",
+        type=words,
+        default=[],
+        metavar="DESCRIPTION,...",
+        help="only holds of these descriptions",
+    )
+    p.add_argument("--json", action="store_true", help="print a JSON array")
 
-    p = sub.add_parser("watch", help="print holds as they become active")
-    p.add_argument("descriptions", nargs="*", metavar="DESCRIPTION")
+    p = command(
+        "watch",
+        cmd_watch,
+        "print every active hold, then each hold as it becomes active",
+    )
+    p.add_argument(
+        "descriptions",
+        nargs="*",
+        metavar="DESCRIPTION",
+        help="only holds of these descriptions",
+    )
     p.add_argument("--json", action="store_true", help="print JSON lines")
-    p.add_argument("-c", "--count", type=int, metavar="N", help="exit after N holds")
-    p.set_defaults(func=cmd_watch)
+    p.add_argument(
+        "-c", "--count", type=count, metavar="N", help="exit after N holds (N >= 1)"
+    )
     return top
 
 
-def main(argv=None):
-    args = parser().parse_args(argv)
+def _formatting():
+    return {"formatter_class": help_formatter()}
+
+
+def _run(argv):
+    top = parser()
+    args = top.parse_args(argv)
     try:
-        args.func(args)
-    except OSError as exc:
-        print(f"{PROG}: {exc.strerror or exc}", file=sys.stderr)
-        if exc.errno == errno.ENOSYS:
-            print(
-                f"{PROG}: is the plugin loaded? " f"flux jobtap load $({PROG} path)",
-                file=sys.stderr,
-            )
-        return 1
-    except FileNotFoundError as exc:
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        return 1
+        return args.func(args) or EXIT_OK
+    except Usage as exc:
+        args.parser.error(str(exc))  # exits with EXIT_USAGE
+    except BrokenPipeError:
+        raise
+    except (OSError, ConfigError, ValueError) as exc:
+        LOGGER.error("%s", getattr(exc, "strerror", None) or exc)
+        if getattr(exc, "errno", None) == errno.ENOSYS:
+            LOGGER.error("is the plugin loaded? flux jobtap load $(%s path)", PROG)
+        return EXIT_REFUSED
+
+
+def _quiet_broken_pipe():
+    # The reader went away (| head): nothing more to say to anyone.
+    # Point stdout at /dev/null so that the interpreter's final flush of
+    # it cannot fail again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+def main(argv=None):
+    """Run the command and exit with its status."""
+    # Messages as flux commands print them, "flux-epilog-gate: text":
+    # configured before CLIMain would add the level to each.
+    logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    CLIMain(LOGGER)(lambda: sys.exit(_main(argv)))
+
+
+def _main(argv):
+    try:
+        status = _run(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        _quiet_broken_pipe()
+        return EXIT_OK
     except KeyboardInterrupt:
-        return 130
-    return 0
+        return EXIT_INTERRUPTED
+    return status
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

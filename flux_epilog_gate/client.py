@@ -11,6 +11,13 @@
 
 Errors come back as OSError with the plugin's message, as from any Flux
 RPC.  The plugin checks every request; the client only converts job ids.
+
+Many requests at once: start them with the ``*_async`` methods and wait
+with :meth:`EpilogGate.wait_all` (or ``then()`` callbacks), never with
+``get()`` on each of many futures kept alive: a ``get()`` that has to wait
+runs a reactor of its own (an epoll descriptor) that lives as long as its
+future, so thousands of live futures waited that way hold thousands of
+descriptors, and libflux's reactor can then abort the process.
 """
 
 import errno
@@ -18,6 +25,7 @@ import time
 
 import flux
 from flux.job import JobID
+from flux.util import parse_fsd
 
 SERVICE = "job-manager.epilog-gate"
 
@@ -37,17 +45,23 @@ class EpilogGate:
         return self.handle.rpc(f"{SERVICE}.{method}", payload, flags=flags)
 
     def hold_async(self, jobid, description, timeout=None):
+        """Start a hold request (see :meth:`hold`); returns the future."""
         payload = {"id": _jobid(jobid), "description": description}
+        if isinstance(timeout, str):
+            timeout = parse_fsd(timeout)
         if timeout is not None:
             payload["timeout"] = timeout
         return self._rpc("hold", payload)
 
     def hold(self, jobid, description, timeout=None):
         """Register hold ``description`` on ``jobid``; return the hold
-        (``{id, description, state}``)."""
+        (``{id, description, state}``).  ``timeout``: seconds, or a Flux
+        Standard Duration such as ``"10m"``."""
         return self.hold_async(jobid, description, timeout).get()
 
     def release_async(self, jobid, description, status=0):
+        """Start a release request (see :meth:`release`); returns the
+        future."""
         payload = {"id": _jobid(jobid), "description": description}
         if status:
             payload["status"] = status
@@ -58,10 +72,48 @@ class EpilogGate:
         already gone answers ``released: False`` with the reason."""
         return self.release_async(jobid, description, status).get()
 
+    def release_many(self, holds, status=0):
+        """Release every ``(jobid, description)`` of ``holds`` at once;
+        return, in order, each answer (as :meth:`release`) or the OSError
+        that request failed with."""
+        return self.wait_all(
+            [self.release_async(jobid, d, status) for jobid, d in holds]
+        )
+
+    def wait_all(self, futures):
+        """Wait for ``futures`` on the handle's own reactor; return, in
+        order, each one's result or the OSError it failed with.
+
+        Each future is waited with a ``then()`` callback, so no future runs
+        a reactor of its own however many there are.  Call it outside any
+        reactor callback of the same handle."""
+        futures = list(futures)
+        results = [None] * len(futures)
+        pending = [len(futures)]
+
+        def done(future, index):
+            try:
+                results[index] = future.get()  # fulfilled: does not wait
+            except OSError as exc:
+                results[index] = exc
+            pending[0] -= 1
+            if not pending[0]:
+                self.handle.reactor_stop()
+
+        for index, future in enumerate(futures):
+            future.then(done, index)
+        if pending[0]:
+            self.handle.reactor_run()
+        return results
+
+    def list_async(self, jobid=None):
+        """Start a list; the future's answer is ``{holds: [...]}``."""
+        payload = {} if jobid is None else {"id": _jobid(jobid)}
+        return self._rpc("list", payload)
+
     def list(self, jobid=None):
         """Return all holds visible to the caller, or those of ``jobid``."""
-        payload = {} if jobid is None else {"id": _jobid(jobid)}
-        return self._rpc("list", payload).get()["holds"]
+        return self.list_async(jobid).get()["holds"]
 
     def watch_async(self, descriptions=None):
         """Start a watch; returns the streaming future (see :meth:`watch`)."""

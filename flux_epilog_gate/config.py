@@ -7,6 +7,7 @@ table, which ``flux config reload`` re-reads.
 """
 
 import math
+import re
 
 from .holds import description_error
 
@@ -26,31 +27,56 @@ class ConfigError(ValueError):
 
 
 def parse_duration(value, key="timeout"):
-    """Return seconds (> 0) from a number or a Flux standard duration
-    such as ``"90s"``, ``"10m"``, ``"1.5h"``."""
+    """Return seconds (> 0) from a number or a Flux Standard Duration
+    (RFC 23: a number with an optional unit ``ms``, ``s``, ``m``, ``h``
+    or ``d``, as ``flux.util.parse_fsd`` reads it) such as ``"90s"``,
+    ``"10m"``, ``"1.5h"``."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
         raise ConfigError(f"{key}: expected a duration such as 30 or 10m")
-    seconds = _fsd_seconds(value) if isinstance(value, str) else float(value)
-    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        raise ConfigError(f"{key}: {value!r} is not a duration greater than zero")
+    shown = repr(value) if isinstance(value, str) else str(value)
+    seconds = _fsd_seconds(value) if isinstance(value, str) else as_seconds(value)
+    if seconds is None:
+        raise ConfigError(
+            f"{key}: {shown} is not a duration (seconds, or a number with a "
+            "unit: 500ms, 90s, 10m, 1.5h, 2d)"
+        )
+    problem = duration_problem(seconds)
+    if problem:
+        raise ConfigError(f"{key}: {shown} {problem}")
     return seconds
 
 
+def duration_problem(seconds):
+    """What is wrong with ``seconds`` as a duration, or None."""
+    if math.isnan(seconds):
+        return "is not a number"
+    if math.isinf(seconds):
+        return "is infinite (leave it unset for none)"
+    if seconds <= 0:
+        return "must be greater than 0"
+    return None
+
+
+_FSD = re.compile(r"(.*?)(s|m|h|d|ms)$")
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def _fsd_seconds(text):
-    text = text.strip()
-    for unit in ("ms", "s", "m", "h", "d"):
-        if text.endswith(unit):
-            number, scale = text[: -len(unit)], _UNITS[unit]
-            break
-    else:
-        number, scale = text, 1.0
+    match = _FSD.match(text.strip())
+    number, unit = match.groups() if match else (text, "s")
     try:
-        return float(number) * scale
+        return float(number) * _UNITS[unit]
     except ValueError:
         return None
+
+
+def as_seconds(value):
+    """A number as float seconds (an integer too large for a float is
+    infinite)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf
 
 
 def _parse_count(value, key, low, high):
@@ -106,7 +132,7 @@ class Rule:
             if not isinstance(value, dict) or key not in value:
                 return False
             value = value[key]
-        return self.equals is _MISSING or value == self.equals
+        return self.equals is _MISSING or strictly_equal(value, self.equals)
 
     def to_dict(self):
         rule = {"attribute": self.attribute, "description": self.description}
@@ -115,6 +141,18 @@ class Rule:
         if self.timeout is not None:
             rule["timeout"] = self.timeout
         return rule
+
+
+def strictly_equal(a, b):
+    """Equal in type and value, all the way down: ``1`` is neither
+    ``true`` nor ``1.0`` (Python's ``==`` says both are)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(strictly_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(strictly_equal, a, b))
+    return a == b
 
 
 def _parse_rules(value):

@@ -18,6 +18,9 @@ through a *port*, an object with these methods (the real one is
     post ``epilog-finish``
 ``raise_exception(id, note)``
     raise a non-fatal job exception
+``annotate(id, text)``
+    set the job's ``epilog_gate`` user annotation to ``text`` (None:
+    remove it)
 ``track(id, events=True)`` / ``untrack(id)``
     start or stop sending the job's callbacks to the gate (with
     ``events``, also its ``finish`` and ``free`` events)
@@ -80,6 +83,7 @@ class Job:
         "at_point",
         "recovering",
         "placeholder",
+        "annotation",
     )
 
     def __init__(self, jobid, userid):
@@ -89,6 +93,11 @@ class Job:
         self.at_point = False
         self.recovering = False
         self.placeholder = False
+        self.annotation = _UNSET
+
+
+#: A job whose annotation the gate has not set (since it was loaded).
+_UNSET = object()
 
 
 class GoneLog:
@@ -204,6 +213,8 @@ class Gate:
                 raise
             job.at_point = True
         job.holds[description] = hold
+        if hold.state == ACTIVE:
+            self._annotate(job)
         self.gone.discard(jobid, description)
         self.stats["held"] += 1
         self.record.hold(
@@ -278,15 +289,6 @@ class Gate:
             if userid is None or job.userid == userid
             for hold in job.holds.values()
         ]
-
-    def annotate(self, jobid):
-        """The ``epilog_gate`` annotation of a job entering CLEANUP: the
-        holds its clean waits on (None if annotations are off or it has
-        none).  It stays on the inactive job as a record."""
-        job = self.jobs.get(jobid)
-        if not self.config.annotate or job is None or not job.holds:
-            return None
-        return ",".join(job.holds)
 
     def watch(self, sink, descriptions=None, userid=None):
         """Add a watcher; it is first sent every hold already active."""
@@ -556,6 +558,22 @@ class Gate:
         for hold in list(job.holds.values()):
             if hold.state == PENDING:
                 self._activate(hold)
+        self._annotate(job)
+
+    def _annotate(self, job):
+        """Keep the job's annotation naming its active holds, what its
+        clean waits on (if annotations are on)."""
+        if not self.config.annotate:
+            return
+        active = sorted(d for d, h in job.holds.items() if h.state == ACTIVE)
+        text = ",".join(active) or None
+        if text == job.annotation:
+            return
+        job.annotation = text
+        try:
+            self.port.annotate(job.id, text)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: annotation: {exc}")
 
     def _activate(self, hold):
         self._epilog_start(hold.id, hold.description, hold.timeout)
@@ -612,6 +630,8 @@ class Gate:
         if status != 0:
             self.stats["failed"] += 1
             self._raise(job.id, hold, status, reason)
+        # Before epilog-finish, which may end the job.
+        self._annotate(job)
         self._post_finish(job.id, hold.description, status)
         # A timeout needs no record: after a crash it expires again.
         if not timedout:
@@ -620,7 +640,10 @@ class Gate:
     def _raise(self, jobid, hold, status, reason):
         what = f"epilog-gate: hold {hold.description}"
         if reason == "timed out":
-            note = f"{what} timed out after {hold.timeout:g}s"
+            # Say how long it really was active: a hold that expired while
+            # the instance was down ends later than its timeout.
+            active = max(hold.timeout, self.port.now() - hold.t_start)
+            note = f"{what} timed out after {active:.1f}s (timeout {hold.timeout:g}s)"
         else:
             note = f"{what} {reason} with status {status}"
         try:

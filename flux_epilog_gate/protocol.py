@@ -7,8 +7,8 @@ EINVAL for a value of the right type that is out of range.
 """
 
 import errno
-import math
 
+from .config import as_seconds, duration_problem
 from .errors import GateError
 from .holds import description_error
 
@@ -62,10 +62,9 @@ def parse_hold(payload):
     if timeout is not None:
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
             raise GateError(errno.EPROTO, "hold: timeout must be a number")
-        if not math.isfinite(timeout) or timeout <= 0:
-            raise GateError(
-                errno.EINVAL, f"hold: timeout {timeout} must be greater than 0"
-            )
+        problem = duration_problem(as_seconds(timeout))
+        if problem:
+            raise GateError(errno.EINVAL, f"hold: timeout {timeout} {problem}")
         timeout = float(timeout)
     return jobid, description, timeout
 

@@ -195,6 +195,10 @@ class FakePort:
             ("epilog-finish", {"description": description, "status": status})
         )
 
+    def annotate(self, jobid, text):
+        self._maybe_fail("memo")
+        self.events[jobid].append(("memo", {"epilog_gate": text}))
+
     def raise_exception(self, jobid, note):
         self._maybe_fail(EXCEPTION)
         self.events[jobid].append((EXCEPTION, {"note": note}))

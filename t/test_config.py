@@ -1,6 +1,8 @@
 """Configuration: hold rules from the [epilog-gate] table, config reload,
 loading from [job-manager] plugins."""
 
+import time
+
 import flux.job
 import pytest
 from jobs import eventlog, names, query, submit, wait_event, wait_inactive
@@ -79,9 +81,19 @@ def test_config_reload_changes_default_timeout(new_instance):
 
 
 def annotation(inst, jobid):
+    """What flux jobs shows in the documented field."""
     return inst.flux(
-        "jobs", "-n", "-o", "{annotations.epilog_gate}", str(jobid)
+        "jobs", "-n", "-o", "{user.epilog_gate}", str(jobid)
     ).stdout.strip()
+
+
+def annotation_is(inst, jobid, text, timeout=10.0):
+    """Wait until flux jobs (job-list, fed by the journal) shows ``text``."""
+    deadline = time.time() + timeout
+    while annotation(inst, jobid) != text:
+        assert time.time() < deadline, f"annotation {annotation(inst, jobid)!r}"
+        time.sleep(0.1)
+    return True
 
 
 def held_in_cleanup(inst, *descriptions):
@@ -97,8 +109,43 @@ def held_in_cleanup(inst, *descriptions):
 
 def test_annotate_shows_holds_of_a_job_in_cleanup_in_flux_jobs(new_instance):
     inst = new_instance(plugin_conf={"annotate": True})
-    jobid = held_in_cleanup(inst, "bb", "umount")
-    assert annotation(inst, jobid) == "bb,umount"
+    jobid = held_in_cleanup(inst, "umount", "bb")
+    assert annotation_is(inst, jobid, "bb,umount")
+
+
+def test_annotation_is_kept_current_as_holds_are_released(new_instance):
+    inst = new_instance(plugin_conf={"annotate": True})
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = held_in_cleanup(inst, "bb", "umount", "license")
+    assert annotation_is(inst, jobid, "bb,license,umount")
+    gate.release(jobid, "umount")
+    assert annotation_is(inst, jobid, "bb,license")
+    gate.hold(jobid, "late")
+    assert annotation_is(inst, jobid, "bb,late,license")
+    gate.release(jobid, "bb")
+    gate.release(jobid, "late")
+    assert annotation_is(inst, jobid, "license")
+    gate.release(jobid, "license")
+    wait_event(handle, jobid, "clean")
+    # No hold left: none named on the inactive job.
+    assert annotation_is(inst, jobid, "")
+    memos = [e.context for e in eventlog(handle, jobid) if e.name == "memo"]
+    assert memos[-1] == {"epilog_gate": None}
+
+
+def test_annotation_of_a_running_job_appears_at_finish(new_instance):
+    inst = new_instance(plugin_conf={"annotate": True})
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = submit(handle, duration=0.5)
+    gate.hold(jobid, "stage-out")
+    wait_event(handle, jobid, "start")
+    assert annotation(inst, jobid) == ""
+    wait_event(handle, jobid, "epilog-start")
+    assert annotation_is(inst, jobid, "stage-out")
+    gate.release(jobid, "stage-out")
+    wait_event(handle, jobid, "clean")
 
 
 def test_jobs_are_not_annotated_by_default(new_instance):
@@ -106,3 +153,42 @@ def test_jobs_are_not_annotated_by_default(new_instance):
     jobid = held_in_cleanup(inst, "bb")
     # flux jobs prints "" for a missing annotation
     assert annotation(inst, jobid) == ""
+
+
+def test_rule_equals_matches_only_the_same_type_and_value(new_instance):
+    inst = new_instance(
+        config='[[epilog-gate.rules]]\nattribute = "user.tier"\n'
+        'equals = 1\ndescription = "tier"\ntimeout = "10m"\n'
+    )
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    # (1, True and 1.0 are one key in a dict: a list of pairs)
+    values = [1, True, 1.0, "1"]
+    jobs = [submit(handle, urgency=0, **{"user.tier": v}) for v in values]
+    for jobid in jobs:
+        wait_event(handle, jobid, "priority")  # rules apply before it
+    held = [[h["description"] for h in gate.list(jobid)] for jobid in jobs]
+    assert held == [["tier"], [], [], []]
+    assert gate.list(jobs[0])[0]["timeout"] == 600.0
+    for jobid in jobs:
+        flux.job.cancel(handle, jobid)
+    gate.release(jobs[0], "tier")
+
+
+def test_annotation_stays_current_across_a_restart(new_instance):
+    inst = new_instance(
+        plugin_conf={"annotate": True}, env={"FLUX_DISABLE_JOB_CLEANUP": "1"}
+    )
+    jobid = held_in_cleanup(inst, "bb", "umount")
+    assert annotation_is(inst, jobid, "bb,umount")
+    inst.stop()
+    inst.start()
+    # The job-manager restores it from the job's memo events.
+    assert annotation_is(inst, jobid, "bb,umount")
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    gate.release(jobid, "bb")
+    assert annotation_is(inst, jobid, "umount")
+    gate.release(jobid, "umount")
+    wait_event(handle, jobid, "clean")
+    assert annotation_is(inst, jobid, "")

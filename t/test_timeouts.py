@@ -7,6 +7,7 @@ exception naming the hold and the timeout; the job then goes inactive and
 a late release is answered ``released: false`` with a reason.
 """
 
+import re
 import time
 
 import flux.job
@@ -169,3 +170,30 @@ def test_default_timeout_from_load_option(new_instance, plugin):
     assert gate.release(own, "own") == {"released": True}
     wait_inactive(handle, own)
     del handle
+
+
+def test_hold_expired_while_down_says_how_long_it_was_active(new_instance):
+    """An instance down past a hold's timeout: once back the hold expires,
+    and its note gives the time it was really active, not the timeout."""
+    timeout = 8.0
+    inst = new_instance(env={"FLUX_DISABLE_JOB_CLEANUP": "1"})
+    handle = inst.handle()
+    jobid = submit(handle, urgency=0)
+    EpilogGate(handle).hold(jobid, "bb-down", timeout=timeout)
+    flux.job.cancel(handle, jobid)
+    start = wait_event(handle, jobid, "epilog-start", match=_for("bb-down"))
+    handle = None
+    inst.stop()
+    stopped = time.time()
+    assert stopped < start.timestamp + timeout, "stopping took too long"
+    time.sleep(max(0.0, start.timestamp + timeout + 4.0 - stopped))
+    inst.start()
+    handle = inst.handle()
+    finish = wait_event(handle, jobid, "epilog-finish", match=_for("bb-down"))
+    assert finish.context["status"] == TIMEOUT_STATUS
+    note = _one(eventlog(handle, jobid), "exception").context["note"]
+    found = re.search(r"timed out after ([0-9.]+)s \(timeout 8s\)", note)
+    assert found, note
+    active = float(found.group(1))
+    assert active >= timeout + 4.0
+    assert active == pytest.approx(finish.timestamp - start.timestamp, abs=0.5)

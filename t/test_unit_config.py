@@ -2,6 +2,8 @@
 bad keys and values (ConfigError naming the key), and load options taking
 precedence over the [epilog-gate] table."""
 
+import re
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from flux_epilog_gate.config import (
     MAX_HOLDS_LIMIT,
     Config,
     ConfigError,
+    Rule,
     parse_duration,
 )
 
@@ -251,3 +254,69 @@ def test_annotate_accepts_booleans_and_words():
     assert Config.from_sources({"annotate": True}).annotate is True
     with pytest.raises(ConfigError, match="^annotate"):
         Config.from_sources({"annotate": "maybe"})
+
+
+# Durations read as flux-core reads them; what is wrong, said
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["30", "2.5", "90s", "10m", "1.5h", "500ms", "2d", "1e3", "0.001s", "10 m"],
+)
+def test_duration_agrees_with_flux_parse_fsd(text):
+    from flux.util import parse_fsd
+
+    assert parse_duration(text) == pytest.approx(parse_fsd(text))
+
+
+@pytest.mark.parametrize(
+    "text", ["abc", "10x", "10 minutes", "m", "", "nan", "1e309", "-5m"]
+)
+def test_duration_refused_by_flux_parse_fsd_is_refused(text):
+    from flux.util import parse_fsd
+
+    with pytest.raises(ValueError):
+        parse_fsd(text)
+    with pytest.raises(ConfigError):
+        parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    "value, problem",
+    [
+        ("nan", "'nan' is not a number"),
+        (float("nan"), "nan is not a number"),
+        ("inf", "'inf' is infinite"),
+        ("1e309", "'1e309' is infinite"),
+        (10**400, "is infinite"),
+        ("0", "'0' must be greater than 0"),
+        (-1, "-1 must be greater than 0"),
+        ("soon", "'soon' is not a duration"),
+    ],
+)
+def test_bad_duration_says_what_is_wrong(value, problem):
+    # flux.util.parse_fsd reads "inf" as RFC 23's infinity: refused here.
+    with pytest.raises(ConfigError, match=f"^timeout: .*{re.escape(problem)}"):
+        parse_duration(value)
+
+
+# Rules: equals is strict
+
+
+@pytest.mark.parametrize(
+    "equals, matching, not_matching",
+    [
+        (1, [1], [True, 1.0, "1", [1]]),
+        (True, [True], [1, 1.0, "true"]),
+        (1.0, [1.0], [1, True]),
+        ("gold", ["gold"], ["Gold", ["gold"]]),
+        ([1, 2], [[1, 2]], [[1.0, 2], [True, 2], [1]]),
+        ({"a": 1}, [{"a": 1}], [{"a": True}, {"a": 1, "b": 2}]),
+    ],
+)
+def test_rule_equals_is_equal_in_type_and_value(equals, matching, not_matching):
+    rule = Rule.parse(0, {"attribute": "x", "equals": equals, "description": "d"})
+    for value in matching:
+        assert rule.matches({"x": value}), value
+    for value in not_matching:
+        assert not rule.matches({"x": value}), value

@@ -8,7 +8,7 @@ import pytest
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, Gate
-from flux_epilog_gate.holdlog import KEY, parse
+from flux_epilog_gate.holdlog import KEY, MARKER, parse
 from flux_epilog_gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
@@ -1227,21 +1227,63 @@ def test_rule_with_equals_matches_only_that_value(port):
     assert JOB not in gate.jobs and "x" in gate.jobs[JOB2].holds
 
 
-def test_annotation_names_the_holds_of_a_job_entering_cleanup(port):
-    gate = Gate(port, Config(annotate=True))
-    held_job(port, gate, "bb", "umount")
-    assert gate.annotate(JOB) == "bb,umount"
+def annotations(port, jobid=JOB):
+    """The annotations the gate set on a job, in order."""
+    return [c["epilog_gate"] for name, c in port.events[jobid] if name == "memo"]
 
 
-def test_job_without_holds_gets_no_annotation(port):
+def test_annotation_names_the_active_holds_at_the_epilog_point(port):
     gate = Gate(port, Config(annotate=True))
-    port.add_job(JOB, CLEANUP, USER)
-    assert gate.annotate(JOB) is None
+    held_job(port, gate, "umount", "bb")
+    assert annotations(port) == []
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB)
+    assert annotations(port) == ["bb,umount"]
+
+
+def test_annotation_follows_each_release_and_is_removed_before_the_last_finish(
+    port,
+):
+    gate = Gate(port, Config(annotate=True))
+    at_point(port, gate, "bb", "umount", "license")
+    gate.release(JOB, "umount")
+    gate.release(JOB, "bb", status=1)
+    assert annotations(port) == ["bb,license,umount", "bb,license", "license"]
+    gate.release(JOB, "license")
+    assert annotations(port)[-1] is None
+    # removed before the epilog-finish that lets the job go to clean
+    assert port.names(JOB)[-2:] == ["memo", "epilog-finish"]
+
+
+def test_annotation_follows_a_timeout_and_a_hold_added_at_the_point(port):
+    gate = Gate(port, Config(annotate=True))
+    at_point(port, gate, "bb", timeout=5.0)
+    gate.hold(JOB, "late")
+    port.advance(5)
+    assert annotations(port) == ["bb", "bb,late", "late"]
+
+
+def test_cancelled_pending_hold_changes_no_annotation(port):
+    gate = Gate(port, Config(annotate=True))
+    held_job(port, gate, "bb")
+    gate.release(JOB, "bb")
+    assert annotations(port) == []
+
+
+def test_failed_annotation_is_logged_and_the_hold_goes_on(port):
+    gate = Gate(port, Config(annotate=True))
+    held_job(port, gate, "bb")
+    port.fail("memo")
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB)
+    assert state_of(gate, JOB, "bb") == ACTIVE
+    assert any("annotation" in text for _, text in port.logs)
 
 
 def test_no_annotation_by_default(port, gate):
-    held_job(port, gate, "bb")
-    assert gate.annotate(JOB) is None
+    at_point(port, gate, "bb")
+    gate.release(JOB, "bb")
+    assert annotations(port) == []
 
 
 def test_retrack_of_a_job_still_recovering_asks_for_its_eventlog(port, gate):
@@ -1249,3 +1291,21 @@ def test_retrack_of_a_job_still_recovering_asks_for_its_eventlog(port, gate):
     gate.begin_recovery(JOB, USER)
     gate.suspend()
     assert gate.retrack(JOB, RUN) is True
+
+
+def test_hold_that_expired_while_down_says_how_long_it_was_active(port, gate):
+    # Active 6.3 s when the gate is back, with a timeout of 3 s: the note
+    # gives the real time, not the timeout.
+    started = port.now() - 6.3
+    marked = {"description": "bb", "timeout": 3.0, MARKER: True}
+    recover(port, gate, CLEANUP, [ev(started, "epilog-start", **marked)])
+    port.advance(0)
+    (note,) = port.notes(JOB)
+    assert "timed out after 6.3s (timeout 3s)" in note
+
+
+def test_hold_that_expires_on_time_says_its_timeout(port, gate):
+    at_point(port, gate, "bb", timeout=30.0)
+    port.advance(30)
+    (note,) = port.notes(JOB)
+    assert "timed out after 30.0s (timeout 30s)" in note

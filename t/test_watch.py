@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -145,3 +146,31 @@ def test_watch_iterator_carries_on_across_plugin_reload(new_instance, plugin):
     thread.join(timeout=20)
     assert [hold["id"] for hold in got] == [jobid]
     EpilogGate(handle).release(jobid, "reload")
+
+
+def test_watch_interrupted_ends_with_status_130_and_no_traceback(instance):
+    """Control-C: the documented 130 as a shell reports it (flux-core's
+    bindings let SIGINT end a blocking get() with the default action)."""
+    command = [
+        sys.executable,
+        "-c",
+        "import sys; from flux_epilog_gate.cli import main; sys.exit(main())",
+        "watch",
+    ]
+    before = watchers(instance)
+    proc = subprocess.Popen(
+        command,
+        env=instance.env,
+        cwd="/",
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.time() + 15
+    while watchers(instance) == before:
+        assert time.time() < deadline, "watch did not start"
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=15)
+    assert proc.returncode in (130, -signal.SIGINT), proc.returncode
+    assert "Traceback" not in err

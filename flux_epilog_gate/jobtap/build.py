@@ -73,7 +73,7 @@ int gate_respond_release (flux_plugin_t *p, const flux_msg_t *msg,
 int gate_respond_activation (flux_plugin_t *p, const flux_msg_t *msg,
                              flux_jobid_t id, const char *description,
                              uint32_t userid, int ran);
-int gate_annotate (flux_plugin_arg_t *args, const char *text);
+int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text);
 int gate_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
                 int severity, const char *note);
 int gate_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,

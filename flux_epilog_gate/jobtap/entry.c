@@ -580,13 +580,15 @@ static int gate_respond_activation (flux_plugin_t *p,
                               "ran", ran);
 }
 
-/* Set the job's epilog_gate annotation from a job.state callback. */
-static int gate_annotate (flux_plugin_arg_t *args, const char *text)
+/* Name the holds a job's clean waits on in its user annotations, with a
+ * memo event (jobtap offers no other way to annotate a job outside a
+ * job.state callback); a NULL text removes the annotation.  Posted here,
+ * the memo is ordered before the epilog-finish that may end the job.
+ */
+static int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text)
 {
-    return flux_plugin_arg_pack (args, FLUX_PLUGIN_ARG_OUT,
-                                 "{s:{s:s}}",
-                                 "annotations",
-                                 "epilog_gate", text);
+    return flux_jobtap_event_post_pack (p, id, "memo", "{s:s?}",
+                                        "epilog_gate", text);
 }
 
 static int gate_raise (flux_plugin_t *p,

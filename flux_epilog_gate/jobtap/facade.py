@@ -129,6 +129,13 @@ class Jobtap:
         ):
             raise _oserror()
 
+    def annotate(self, jobid, text):
+        """Set the job's ``user.epilog_gate`` annotation to ``text`` (None:
+        remove it) with a memo event."""
+        encoded = ffi.NULL if text is None else text.encode()
+        if lib.gate_memo(self.p, jobid, encoded) < 0:
+            raise _oserror()
+
     def raise_exception(self, jobid, note):
         if (
             lib.gate_raise(
@@ -312,13 +319,6 @@ def arg_in(args):
     if lib.flux_plugin_arg_get(args, lib.FLUX_PLUGIN_ARG_IN, text) < 0:
         raise _oserror()
     return json.loads(ffi.string(text[0]))
-
-
-def annotate(args, text):
-    """Set the job's ``epilog_gate`` annotation (a job.state callback's
-    OUT arguments)."""
-    if lib.gate_annotate(args, text.encode()) < 0:
-        raise _oserror()
 
 
 def arg_out(args, value):

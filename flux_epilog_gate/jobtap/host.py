@@ -23,7 +23,6 @@ from ..gate import CLEANUP, INACTIVE, NEW, RUN, Gate
 from ._entry import ffi, lib
 from .facade import (
     Jobtap,
-    annotate,
     arg_in,
     arg_out,
     disconnect_match,
@@ -91,10 +90,6 @@ class Host:
                 self.gate.apply_rules(jobid, attributes)
         elif what == JOB_CLEANUP:
             self.gate.on_cleanup(jobid)
-            text = self.gate.annotate(jobid)
-            if text:
-                # Set from a job.state callback, it costs no extra event.
-                annotate(args, text)
         elif what == JOB_INACTIVE:
             self.gate.on_inactive(jobid)
         elif what == JOB_EVENT:
