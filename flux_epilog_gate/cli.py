@@ -33,7 +33,10 @@ def cmd_path(args):
 
 
 def cmd_hold(args):
-    hold = EpilogGate(flux.Flux()).hold(args.jobid, args.description, args.timeout)
+    point = "prolog" if args.prolog else None
+    hold = EpilogGate(flux.Flux()).hold(
+        args.jobid, args.description, args.timeout, point
+    )
     if not args.quiet:
         print(f"{JobID(hold['id']).f58} {hold['description']} {hold['state']}")
 
@@ -58,7 +61,7 @@ def cmd_list(args):
         print(json.dumps(holds))
         return
     print(
-        f"{'JOBID':<14} {'DESCRIPTION':<24} {'STATE':<8} {'USER':>6} "
+        f"{'JOBID':<14} {'DESCRIPTION':<24} {'STATE':<8} {'POINT':<6} {'USER':>6} "
         f"{'HELD':>8} {'ACTIVE':>8} {'TIMEOUT':>8}"
     )
     for hold in sorted(holds, key=lambda h: (h["id"], h["description"])):
@@ -66,20 +69,25 @@ def cmd_list(args):
         timeout = f"{hold['timeout']:g}s" if "timeout" in hold else "-"
         print(
             f"{JobID(hold['id']).f58:<14} {hold['description']:<24} "
-            f"{hold['state']:<8} {hold['userid']:>6} {_age(hold['t_hold']):>8} "
+            f"{hold['state']:<8} {hold.get('point', 'epilog'):<6} "
+            f"{hold['userid']:>6} {_age(hold['t_hold']):>8} "
             f"{active:>8} {timeout:>8}"
         )
 
 
 def cmd_watch(args):
-    for hold in EpilogGate(flux.Flux()).watch(args.descriptions):
+    points = [args.point] if args.point else None
+    for hold in EpilogGate(flux.Flux()).watch(args.descriptions, points=points):
         if args.json:
             print(json.dumps(hold), flush=True)
         else:
             ran = "ran" if hold["ran"] else "never-ran"
+            # An epilog hold's line is as it always was.
+            prolog = " prolog" if hold.get("point") == "prolog" else ""
+            aborted = " aborted" if hold.get("aborted") else ""
             print(
                 f"{JobID(hold['id']).f58} {hold['description']} "
-                f"userid={hold['userid']} {ran}",
+                f"userid={hold['userid']} {ran}{prolog}{aborted}",
                 flush=True,
             )
         if args.count is not None:
@@ -107,6 +115,11 @@ def parser():
         metavar="SECONDS",
         help="finish the hold with a failure after SECONDS active",
     )
+    p.add_argument(
+        "--prolog",
+        action="store_true",
+        help="hold the job's start (until released) instead of its clean",
+    )
     p.add_argument("-q", "--quiet", action="store_true")
     p.set_defaults(func=cmd_hold)
 
@@ -130,6 +143,11 @@ def parser():
     p = sub.add_parser("watch", help="print holds as they become active")
     p.add_argument("descriptions", nargs="*", metavar="DESCRIPTION")
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.add_argument(
+        "--point",
+        choices=("epilog", "prolog"),
+        help="only holds at this point",
+    )
     p.add_argument("-c", "--count", type=int, metavar="N", help="exit after N holds")
     p.set_defaults(func=cmd_watch)
     return top

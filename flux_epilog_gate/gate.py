@@ -18,6 +18,12 @@ through a *port*, an object with these methods (the real one is
     post ``epilog-finish``
 ``raise_exception(id, note)``
     raise a non-fatal job exception
+``prolog_start(id, description, timeout)`` / ``prolog_finish(id, description, status)``
+    post ``prolog-start`` / ``prolog-finish``, marked as the gate's
+``raise_fatal(id, note)``
+    raise a fatal job exception (a failed prolog hold)
+``want_run(id)``
+    also send the tracked job's entry to RUN to the gate
 ``track(id, events=True)`` / ``untrack(id)``
     start or stop sending the job's callbacks to the gate (with
     ``events``, also its ``finish`` and ``free`` events)
@@ -28,8 +34,8 @@ through a *port*, an object with these methods (the real one is
     write (or with ``append``, append) ``text`` to KVS key ``key``
     without blocking; later call ``callback(error)``, with None on success
 ``send_activation(sink, activation)``
-    send one response (a dict ``{id, description, userid, ran}``) to a
-    watcher; returns False if the watcher is gone
+    send one response (a dict ``{id, description, userid, ran, point[,
+    aborted]}``) to a watcher; returns False if the watcher is gone
 ``log(level, text)``
     log a line (syslog levels)
 """
@@ -44,14 +50,18 @@ from .holdlog import MARKER, HoldLog
 from .holds import (
     ACTIVE,
     CANCEL_EVENT,
+    EPILOG,
     GONE,
     HOLD_EVENT,
     PENDING,
+    POINTS,
+    PROLOG,
     RECOVERY_DESCRIPTION,
     TIMEOUT_STATUS,
     Hold,
 )
 from .jobid import f58
+from .prolog import Prologs
 
 # flux_job_state_t
 NEW = 1
@@ -78,6 +88,9 @@ class Job:
         "at_point",
         "recovering",
         "placeholder",
+        "start_held",
+        "prolog_placeholder",
+        "prolog_placeholders",
     )
 
     def __init__(self, jobid, userid):
@@ -87,6 +100,12 @@ class Job:
         self.at_point = False
         self.recovering = False
         self.placeholder = False
+        # One of the gate's prolog actions keeps the job's start back.
+        self.start_held = False
+        # While recovering: when this job-manager posted its recovery
+        # prolog action (or None), and how many the eventlog leaves open.
+        self.prolog_placeholder = None
+        self.prolog_placeholders = 0
 
 
 class GoneLog:
@@ -120,17 +139,20 @@ class GoneLog:
 class Watcher:
     """A client streaming hold activations."""
 
-    __slots__ = ("sink", "descriptions", "userid")
+    __slots__ = ("sink", "descriptions", "userid", "points")
 
-    def __init__(self, sink, descriptions=None, userid=None):
+    def __init__(self, sink, descriptions=None, userid=None, points=None):
         self.sink = sink
         self.descriptions = frozenset(descriptions) if descriptions else None
         self.userid = userid
+        self.points = frozenset(points) if points else None
 
     def wants(self, hold):
         return (
-            self.descriptions is None or hold.description in self.descriptions
-        ) and (self.userid is None or self.userid == hold.userid)
+            (self.descriptions is None or hold.description in self.descriptions)
+            and (self.userid is None or self.userid == hold.userid)
+            and (self.points is None or hold.point in self.points)
+        )
 
 
 class Gate:
@@ -144,6 +166,7 @@ class Gate:
         self.history = {}
         self.watchers = []
         self.record = HoldLog(port, self.holds)
+        self.prolog = Prologs(self)
         self.stats = dict.fromkeys(
             ("held", "activated", "released", "cancelled", "failed", "timedout"),
             0,
@@ -163,18 +186,21 @@ class Gate:
 
     # Requests
 
-    def hold(self, jobid, description, timeout=None):
+    def hold(self, jobid, description, timeout=None, point=EPILOG):
         """Register a hold; return ``(hold, created)``.
 
         Holding the same ``(jobid, description)`` again answers the
-        existing hold.
+        existing hold.  ``point`` is where the hold keeps the job: its
+        clean (``"epilog"``) or its start (``"prolog"``).
         """
         job = self.jobs.get(jobid)
         if job and description in job.holds:
-            return job.holds[description], False
+            return self._same_hold(job.holds[description], point), False
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
+        if point == PROLOG:
+            self.prolog.check(job, jobid, state)
         if job and len(job.holds) >= self.config.max_holds:
             raise GateError(
                 errno.ENOSPC,
@@ -183,10 +209,17 @@ class Gate:
             )
         if timeout is None:
             timeout = self.config.timeout
-        hold = Hold(jobid, description, userid, self.port.now(), timeout)
+        hold = Hold(jobid, description, userid, self.port.now(), timeout, point)
         tracked = job is not None
         job = job or self._track(jobid, userid)
-        if not job.recovering and (job.at_point or self._past_point(job, state)):
+        if point == PROLOG:
+            try:
+                self.prolog.place(job, hold, state)
+            except GateError:
+                if not tracked:
+                    self._untrack(job)
+                raise
+        elif not job.recovering and (job.at_point or self._past_point(job, state)):
             try:
                 self._activate(hold)
             except GateError:
@@ -206,7 +239,7 @@ class Gate:
         for rule in self.config.rules:
             if rule.matches(attributes):
                 try:
-                    self.hold(jobid, rule.description, rule.timeout)
+                    self.hold(jobid, rule.description, rule.timeout, rule.point)
                 except GateError as exc:
                     self.port.log(
                         syslog.LOG_ERR,
@@ -247,9 +280,9 @@ class Gate:
             return None
         return ",".join(job.holds)
 
-    def watch(self, sink, descriptions=None, userid=None):
+    def watch(self, sink, descriptions=None, userid=None, points=None):
         """Add a watcher; it is first sent every hold already active."""
-        watcher = Watcher(sink, descriptions, userid)
+        watcher = Watcher(sink, descriptions, userid, points)
         for job in self.jobs.values():
             for hold in job.holds.values():
                 if hold.state == ACTIVE and watcher.wants(hold):
@@ -265,10 +298,18 @@ class Gate:
 
     # Job-manager callbacks
 
+    def on_run(self, jobid):
+        """The job entered RUN (only for jobs with prolog holds)."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.prolog.on_run(job)
+
     def on_cleanup(self, jobid):
         """The job entered CLEANUP."""
         job = self.jobs.get(jobid)
         if job:
+            if not job.recovering:
+                self.prolog.on_cleanup(job)
             self._advance(job, CLEANUP)
 
     def on_event(self, jobid, name, state):
@@ -321,6 +362,7 @@ class Gate:
         if state == INACTIVE:
             self.on_inactive(jobid)
             return
+        self.prolog.recovered(job, state)
         for hold in job.holds.values():
             if hold.state == ACTIVE:
                 self._arm_timer(hold)
@@ -355,6 +397,7 @@ class Gate:
         self.port.track(jobid)
         if job.recovering:
             return True
+        self.prolog.recovered(job, state)
         if not job.at_point and self._past_point(job, state):
             self._reach_point(job)
         return False
@@ -381,6 +424,8 @@ class Gate:
         seen = set()
         for timestamp, name, context in events:
             description = context.get("description")
+            if name in ("prolog-start", "prolog-finish"):
+                self.prolog.replay(job, timestamp, name, context)
             if name in PROGRESS_EVENTS:
                 seen.add(name)
             elif name == HOLD_EVENT and description not in job.holds:
@@ -401,12 +446,20 @@ class Gate:
         return seen
 
     @staticmethod
-    def _replayed_hold(job, timestamp, context):
+    def _replayed_hold(job, timestamp, context, point=None):
         """The hold a recorded entry names, made if the job lacks it."""
         description = context["description"]
+        if point is None:
+            point = context.get("point", EPILOG)
+            point = point if point in POINTS else EPILOG
         if description not in job.holds:
             job.holds[description] = Hold(
-                job.id, description, job.userid, timestamp, context.get("timeout")
+                job.id,
+                description,
+                job.userid,
+                timestamp,
+                context.get("timeout"),
+                point,
             )
         return job.holds[description]
 
@@ -467,6 +520,9 @@ class Gate:
         be running (see README, "The epilog point")."""
         if state != CLEANUP:
             return False
+        if job.start_held:
+            # The gate's own prolog action kept the start request back.
+            return True
         if not self._posted(job, "alloc"):
             return True
         if self._posted(job, "finish") or self._posted(job, "free"):
@@ -531,6 +587,9 @@ class Gate:
             self.record.cancel(hold)
             return
         self.stats["timedout" if reason == "timed out" else "released"] += 1
+        if hold.point == PROLOG:
+            self.prolog.finish(job, hold, status, reason)
+            return
         if status != 0:
             self.stats["failed"] += 1
             self._raise(job.id, hold, status, reason)
@@ -571,12 +630,27 @@ class Gate:
 
     def _activation(self, hold):
         job = self.jobs.get(hold.id)
-        return {
+        activation = {
             "id": hold.id,
             "description": hold.description,
             "userid": hold.userid,
             "ran": bool(job) and self._posted(job, "start"),
+            "point": hold.point,
         }
+        if hold.aborted:
+            activation["aborted"] = True
+        return activation
+
+    @staticmethod
+    def _same_hold(hold, point):
+        """The existing hold asked for again, if at the same point."""
+        if hold.point != point:
+            raise GateError(
+                errno.EEXIST,
+                f"job {f58(hold.id)} already has hold {hold.description} "
+                f"at its {hold.point} point",
+            )
+        return hold
 
     def _notify(self, hold):
         if not self.watchers:

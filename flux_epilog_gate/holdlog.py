@@ -11,8 +11,9 @@ one append here carries every hold of a batch.
 
 Entries (RFC 18 eventlog lines):
 
-``epilog_gate.hold {id, description[, timeout]}``
-    a hold was registered (its timestamp is the hold's ``t_hold``)
+``epilog_gate.hold {id, description[, timeout][, point]}``
+    a hold was registered (its timestamp is the hold's ``t_hold``);
+    ``point`` only for a prolog hold
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
 
@@ -31,7 +32,7 @@ This module is plain Python; it reaches the KVS through the gate's port
 import json
 import syslog
 
-from .holds import CANCEL_EVENT, HOLD_EVENT, PENDING
+from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, PENDING
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -53,6 +54,8 @@ def hold_entry(hold):
     context = {"id": hold.id, "description": hold.description}
     if hold.timeout is not None:
         context["timeout"] = hold.timeout
+    if hold.point != EPILOG:
+        context["point"] = hold.point
     return _line(hold.t_hold, HOLD_EVENT, context)
 
 
