@@ -335,6 +335,7 @@ class Gate:
         """A job whose holds will be known once its eventlog is read."""
         job = self.jobs.get(jobid) or self._track(jobid, userid)
         job.recovering = True
+        self.prolog.recovering(job)
 
     def end_recovery(self, jobid, events):
         """Rebuild a job's holds from its eventlog ``events`` (a list of

@@ -130,6 +130,14 @@ class Prologs:
 
     # Recovery and reload
 
+    def recovering(self, job):
+        """``job``'s holds are being recovered: should it enter RUN
+        meanwhile, keep its start back (see :meth:`on_run`)."""
+        try:
+            self.port.want_run(job.id)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: tracking: {exc}")
+
     def replay(self, job, timestamp, name, context):
         """One ``prolog-*`` entry of a recovering job's eventlog."""
         description = context.get("description")

@@ -327,3 +327,49 @@ def test_jobtap_query_shows_the_point(instance, handle, gate):
     assert [(h["description"], h["point"]) for h in holds] == [("q-setup", PROLOG)]
     flux.job.cancel(handle, jobid)
     wait_inactive(handle, jobid)
+
+
+# Rules
+
+PROLOG_RULES = """
+[[epilog-gate.rules]]
+attribute = "system.bb"
+description = "bb-setup"
+point = "prolog"
+
+[[epilog-gate.rules]]
+attribute = "system.bb"
+description = "bb"
+"""
+
+
+def test_rules_may_declare_prolog_holds(new_instance):
+    inst = new_instance(config=PROLOG_RULES)
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = submit(handle, duration=0.1, **{"system.bb": "1g"})
+    wait_event(handle, jobid, "prolog-start", match=by("bb-setup"))
+    assert "start" not in names(settle(handle, jobid, "start"))
+    assert {h["description"]: h["point"] for h in gate.list(jobid)} == {
+        "bb-setup": PROLOG,
+        "bb": "epilog",
+    }
+    rule, _ = query(inst)["config"]["rules"]
+    assert rule["point"] == PROLOG
+    gate.release(jobid, "bb-setup")
+    wait_event(handle, jobid, "epilog-start", match=by("bb"))
+    gate.release(jobid, "bb")
+    wait_inactive(handle, jobid)
+    assert names(eventlog(handle, jobid)).index("prolog-finish") < names(
+        eventlog(handle, jobid)
+    ).index("start")
+
+
+def test_rule_with_a_bad_point_fails_the_config_reload(new_instance):
+    inst = new_instance()
+    inst.config = PROLOG_RULES.replace('point = "prolog"', 'point = "later"')
+    inst.write_config()
+    result = inst.flux("config", "reload", check=False)
+    assert result.returncode != 0
+    assert "rules[0].point" in result.stderr
+    assert query(inst)["config"]["rules"] == []

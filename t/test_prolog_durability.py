@@ -5,10 +5,17 @@ timeout resumes on the clock that started when it became active."""
 
 import time
 
-import flux.job
 import pytest
-from jobs import eventlog, named, names, set_urgency, settle, submit, wait_event
-from jobs import wait_inactive
+from jobs import (
+    eventlog,
+    named,
+    names,
+    set_urgency,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 from test_durability import LEAD, SLACK, TIMEOUTS, Restarter
 
 from flux_epilog_gate.holdlog import KEY, MARKER
