@@ -373,3 +373,48 @@ def test_rule_with_a_bad_point_fails_the_config_reload(new_instance):
     assert result.returncode != 0
     assert "rules[0].point" in result.stderr
     assert query(inst)["config"]["rules"] == []
+
+
+# The example service
+
+
+def test_example_service_sets_up_before_start_and_tears_down_before_clean(
+    new_instance, tmp_path
+):
+    import subprocess
+    import sys
+
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    inst = new_instance(config=PROLOG_RULES)
+    handle = inst.handle()
+    service = subprocess.Popen(
+        [
+            sys.executable,
+            os.path.join(repo, "examples", "bb_service.py"),
+            "--root",
+            str(tmp_path),
+            "--count",
+            "1",
+        ],
+        env=inst.env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert service.stdout.readline().strip() == "bb: ready"
+        jobid = submit(handle, duration=0.2, **{"system.bb": 1})
+        wait_inactive(handle, jobid)
+        service.wait(timeout=20)
+        output = service.stdout.read()
+    finally:
+        service.kill()
+    assert f"bb: created {tmp_path}/{jobid.f58}" in output
+    events = eventlog(handle, jobid)
+    (setup,) = named(events, "prolog-finish", "bb-setup")
+    (teardown,) = named(events, "epilog-finish", "bb")
+    assert setup.context["status"] == 0 and teardown.context["status"] == 0
+    order = names(events)
+    assert order.index("prolog-start") < order.index("prolog-finish")
+    assert order.index("prolog-finish") < order.index("start")
+    assert order.index("epilog-finish") < order.index("clean")
+    assert list(tmp_path.iterdir()) == []
