@@ -70,7 +70,11 @@ class Prologs:
         its record ``job`` or None) comes too late to keep its start back."""
         if state < RUN:
             return
-        if state == RUN and job is not None and (job.start_held or job.recovering):
+        if (
+            state == RUN
+            and job is not None
+            and (job.start_held or job.prolog_placeholder)
+        ):
             return
         if state == RUN:
             why = "is in RUN: its start request has been sent or may be at any moment"
@@ -98,7 +102,10 @@ class Prologs:
             return
         for hold in list(job.holds.values()):
             if is_prolog(hold) and hold.state == PENDING:
-                self.activate(job, hold)
+                try:
+                    self.activate(job, hold)
+                except GateError as exc:
+                    self._not_held(job, hold, exc)
 
     def on_cleanup(self, job):
         """The job entered CLEANUP (before its epilog point is looked for):
@@ -194,6 +201,20 @@ class Prologs:
         self.gate.stats["activated"] += 1
         self.gate._arm_timer(hold)
         self.gate._notify(hold)
+
+    def _not_held(self, job, hold, exc):
+        # The start cannot be kept back for this hold: the job must not
+        # start without its setup, so fail it (and say why).
+        self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+        self._drop(job, hold, "prolog-start failed")
+        try:
+            self.port.raise_fatal(
+                job.id,
+                f"epilog-gate: prolog hold {hold.description} could not hold "
+                f"the start: {exc.message}",
+            )
+        except OSError as error:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {error}")
 
     def _want_run(self, job):
         try:

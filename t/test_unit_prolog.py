@@ -237,3 +237,22 @@ def test_recovery_placeholder_without_holds_is_finished(port, gate):
     gate.end_recovery(JOB, [])
     assert port.prologs_open(JOB) == []
     assert JOB not in gate.jobs
+
+
+def test_a_prolog_start_that_fails_fails_the_job_rather_than_let_it_start(port, gate):
+    prolog_job(port, gate, "setup")
+    port.fail("prolog-start", errno.EOVERFLOW)
+    port.set_state(JOB, RUN)
+    gate.on_run(JOB)
+    (note,) = port.notes(JOB)
+    assert "setup" in note and "could not hold the start" in note
+    assert gate.list() == []
+    assert any("prolog-start" in text for _, text in port.logs)
+
+
+def test_prolog_hold_on_a_recovering_job_in_run_is_refused(port, gate):
+    port.add_job(JOB, RUN, USER, happened={"alloc"})
+    gate.begin_recovery(JOB, USER)
+    with pytest.raises(GateError) as info:
+        gate.hold(JOB, "setup", None, PROLOG)
+    assert info.value.errnum == errno.EINVAL
