@@ -1168,7 +1168,7 @@ def report(results):
         add(
             f"THROUGHPUT: median over repetitions [min..max]; "
             f"{params['jobs_exception']} exception-path, {params['jobs_normal']} "
-            f"normal-path jobs per run"
+            f"normal-path, {params.get('jobs_perilog')} perilog-path jobs per run"
         )
         add(
             f"  {'config':<16}{'workload':<11}{'jobs/s':>8} {'[min..max]':<19}"

@@ -418,3 +418,52 @@ def test_example_service_sets_up_before_start_and_tears_down_before_clean(
     assert order.index("prolog-finish") < order.index("start")
     assert order.index("epilog-finish") < order.index("clean")
     assert list(tmp_path.iterdir()) == []
+
+
+# Alongside perilog.so's own prolog
+
+PERILOG = """
+[job-manager]
+plugins = [ {{ load = "perilog.so" }}, {{ load = "{plugin}" }} ]
+
+[job-manager.prolog]
+command = [ "sh", "-c", "sleep {seconds}" ]
+"""
+
+
+@pytest.mark.parametrize("seconds", [0, 2])
+def test_job_starts_after_both_perilog_prolog_and_prolog_hold(
+    new_instance, plugin, seconds
+):
+    """The job-manager counts prolog actions without names: whichever of
+    perilog.so's prolog and the gate's prolog hold finishes last starts
+    the job, and neither is taken for the other."""
+    inst = new_instance(
+        plugin=None, config=PERILOG.format(plugin=plugin, seconds=seconds)
+    )
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = submit(handle, duration=0.1, urgency=0)
+    gate.hold(jobid, "setup", point=PROLOG)
+    set_urgency(handle, jobid, 16)
+    wait_event(handle, jobid, "prolog-start", match=by("setup"))
+    if seconds == 0:
+        # perilog.so's prolog is done; the gate's still holds the start.
+        wait_event(handle, jobid, "prolog-finish", match=by("job-manager.prolog"))
+        assert "start" not in names(settle(handle, jobid, "start"))
+        gate.release(jobid, "setup")
+    else:
+        # The gate's is released first; perilog.so's still holds it.
+        gate.release(jobid, "setup")
+        wait_event(handle, jobid, "prolog-finish", match=by("setup"))
+        events = settle(handle, jobid, "start")
+        assert not named(events, "prolog-finish", "job-manager.prolog")
+        assert "start" not in names(events)
+    wait_event(handle, jobid, "start", timeout=30)
+    wait_inactive(handle, jobid, timeout=30)
+    order = names(eventlog(handle, jobid))
+    assert order.count("prolog-start") == 2 and order.count("prolog-finish") == 2
+    last = max(i for i, name in enumerate(order) if name == "prolog-finish")
+    assert last < order.index("start")
+    assert "exception" not in order
+    assert gate.list() == []
