@@ -3,15 +3,17 @@
  * builds it with cc at run time); it is the limit a gated workload can
  * reach, not a product.
  *
- * One hold per job, in memory only (no eventlog record, no timeout, no
- * durability):
+ * One epilog hold and one prolog hold per job, in memory only (no eventlog
+ * record, no timeout, no durability):
  *
- *   job-manager.native-gate.hold    {id, description}   -> {id, description, state}
+ *   job-manager.native-gate.hold    {id, description, point?} -> {id, description, state}
  *   job-manager.native-gate.release {id, description, status?} -> {released[, reason]}
  *   job-manager.native-gate.watch   {} (streaming)      -> {id, description, userid, ran}
  *
  * A held job gets epilog-start at its epilog point: on entry to CLEANUP if
- * it never started, otherwise on its finish event.  Loaded with all=1,
+ * it never started, otherwise on its finish event.  A prolog hold (point
+ * "prolog") gets prolog-start on the job's entry to RUN, so its start
+ * waits for the release (prolog-finish).  Loaded with all=1,
  * every job is held (description "native") without a hold request.
  * Loaded with durable=1, each hold is also recorded in the job's eventlog
  * (event native-gate-hold): what such a per-job record costs.  Loaded
@@ -32,6 +34,7 @@
 
 #define NAME "native-gate"
 #define AUX "native-gate::hold"
+#define PROLOG_AUX "native-gate::prolog"
 
 enum { PENDING = 0, ACTIVE = 1 };
 
@@ -115,6 +118,68 @@ static int point (flux_plugin_t *p, flux_plugin_arg_t *args)
     h->state = ACTIVE;
     notify (p, id, (uint32_t)userid, h);
     return 0;
+}
+
+/* Entry to RUN: post prolog-start for the job's prolog hold, if any, so
+ * that the start request waits for it.
+ */
+static int run_cb (flux_plugin_t *p, const char *topic,
+                   flux_plugin_arg_t *args, void *arg)
+{
+    struct hold *h = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB,
+                                              PROLOG_AUX);
+    flux_jobid_t id;
+    json_int_t userid;
+
+    if (!h || h->state != PENDING)
+        return 0;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I s:I}",
+                                "id", &id, "userid", &userid) < 0)
+        return -1;
+    if (flux_jobtap_prolog_start (p, h->description) < 0)
+        return -1;
+    h->state = ACTIVE;
+    notify (p, id, (uint32_t)userid, h);
+    return 0;
+}
+
+static int prolog_hold (flux_plugin_t *p, const flux_msg_t *msg,
+                        flux_jobid_t id, const char *description)
+{
+    flux_t *fh = flux_jobtap_get_flux (p);
+    struct hold *h = flux_jobtap_job_aux_get (p, id, PROLOG_AUX);
+
+    if (!h) {
+        if (!(h = hold_create (description)))
+            return -1;
+        if (flux_jobtap_job_aux_set (p, id, PROLOG_AUX, h, free) < 0) {
+            free (h);
+            return -1;
+        }
+    }
+    if (flux_respond_pack (fh, msg, "{s:I s:s s:s}",
+                           "id", id,
+                           "description", h->description,
+                           "state", h->state == ACTIVE ? "active" : "pending") < 0)
+        flux_log_error (fh, NAME ": hold: respond");
+    return 0;
+}
+
+/* Release the job's prolog hold if it is 'description': 1 if it was. */
+static int prolog_release (flux_plugin_t *p, flux_jobid_t id,
+                           const char *description, int status)
+{
+    struct hold *h = flux_jobtap_job_aux_get (p, id, PROLOG_AUX);
+    int state;
+
+    if (!h || strcmp (h->description, description) != 0)
+        return 0;
+    state = h->state;
+    (void)flux_jobtap_job_aux_set (p, id, PROLOG_AUX, NULL, NULL);
+    if (state == ACTIVE
+        && flux_jobtap_prolog_finish (p, id, description, status) < 0)
+        return -1;
+    return 1;
 }
 
 static int cleanup_cb (flux_plugin_t *p, const char *topic,
@@ -251,11 +316,19 @@ static void hold_cb (flux_t *fh, flux_msg_handler_t *mh,
     flux_plugin_t *p = arg;
     flux_jobid_t id;
     const char *description;
+    const char *point = "epilog";
     struct hold *h;
 
-    if (flux_request_unpack (msg, NULL, "{s:I s:s}",
-                             "id", &id, "description", &description) < 0)
+    if (flux_request_unpack (msg, NULL, "{s:I s:s s?s}",
+                             "id", &id,
+                             "description", &description,
+                             "point", &point) < 0)
         goto error;
+    if (!strcmp (point, "prolog")) {
+        if (prolog_hold (p, msg, id, description) < 0)
+            goto error;
+        return;
+    }
     if (!(h = flux_jobtap_job_aux_get (p, id, AUX))) {
         if (attach (p, id, description) < 0
             || !(h = flux_jobtap_job_aux_get (p, id, AUX)))
@@ -294,12 +367,20 @@ static void release_cb (flux_t *fh, flux_msg_handler_t *mh,
     int status = 0;
     struct hold *h;
     int state;
+    int rc;
 
     if (flux_request_unpack (msg, NULL, "{s:I s:s s?i}",
                              "id", &id,
                              "description", &description,
                              "status", &status) < 0)
         goto error;
+    if ((rc = prolog_release (p, id, description, status)) != 0) {
+        if (rc < 0)
+            goto error;
+        if (flux_respond_pack (fh, msg, "{s:b}", "released", 1) < 0)
+            flux_log_error (fh, NAME ": release: respond");
+        return;
+    }
     if (!(h = flux_jobtap_job_aux_get (p, id, AUX))
         || strcmp (h->description, description) != 0) {
         if (flux_respond_pack (fh, msg, "{s:b s:s}",
@@ -362,6 +443,7 @@ static void destroy (void *arg)
 
 static const struct flux_plugin_handler handlers[] = {
     { "job.new", new_cb, NULL },
+    { "job.state.run", run_cb, NULL },
     { "job.state.cleanup", cleanup_cb, NULL },
     { "job.event.finish", finish_cb, NULL },
     { 0 },

@@ -56,11 +56,15 @@ CONFIGS = {
     "native-durable": ("native", True, {"durable": 1}),
 }
 
-WORKLOADS = ("exception", "normal")
+#: "perilog" is the normal path with two holds per job on the gated
+#: configurations: a prolog hold (the job's start waits for its release)
+#: and an epilog hold, each released as soon as it is active.
+WORKLOADS = ("exception", "normal", "perilog")
 
 GATE_SERVICE = "job-manager.epilog-gate"
 NATIVE_SERVICE = "job-manager.native-gate"
 DESCRIPTION = "bench"
+SETUP = "bench-setup"
 
 
 VERBOSE = bool(os.environ.get("BENCH_VERBOSE"))
@@ -281,7 +285,7 @@ class Client:
         jobid = resp["id"]
         self.activated[jobid] = time.monotonic()
         if self.auto_release:
-            self.release(jobid)
+            self.release(jobid, resp["description"])
         self._check_done()
 
     # requests (responses checked, not waited for one by one)
@@ -301,11 +305,14 @@ class Client:
         self.pending_responses += 1
         future.then(self._on_response)
 
-    def hold(self, jobid):
-        self._send(f"{self.service}.hold", {"id": jobid, "description": DESCRIPTION})
+    def hold(self, jobid, description=DESCRIPTION, point=None):
+        payload = {"id": jobid, "description": description}
+        if point:
+            payload["point"] = point
+        self._send(f"{self.service}.hold", payload)
 
-    def release(self, jobid):
-        self._send(f"{self.service}.release", {"id": jobid, "description": DESCRIPTION})
+    def release(self, jobid, description=DESCRIPTION):
+        self._send(f"{self.service}.release", {"id": jobid, "description": description})
 
     def cancel(self, jobid):
         self._send(
@@ -396,7 +403,7 @@ class Client:
 
 def spec_for(workload):
     spec = JobspecV1.from_command(["true"])
-    if workload == "normal":
+    if workload in ("normal", "perilog"):
         spec.setattr("system.exec.test.run_duration", RUN_DURATION)
     return spec
 
@@ -432,6 +439,8 @@ class Bench:
         and run until all are clean."""
         client.outstanding = set(ids)
         for jobid in ids:
+            if gated and workload == "perilog":
+                client.hold(jobid, SETUP, "prolog")
             if gated:
                 client.hold(jobid)
             if workload == "exception":
@@ -509,7 +518,7 @@ class Bench:
             client = Client(h)
             broker = Broker(h)
             current = None
-            for workload in WORKLOADS:
+            for workload in self.args.workloads:
                 phase = slot_sequence(
                     order if workload == "exception" else order[::-1], self.args.slots
                 )
@@ -767,8 +776,9 @@ def summarize(runs, configs):
     """Per configuration and workload: medians of the raw figures; per
     ratio: the median of the per-repetition (paired) ratios."""
     figures = {}
+    workloads = [w for w in WORKLOADS if w in runs[0][configs[0]]]
     for config in configs:
-        for workload in ("exception", "normal"):
+        for workload in workloads:
             rows = [r[config][workload] for r in runs]
             figures[f"{config}/{workload}"] = {
                 key: {
@@ -801,7 +811,7 @@ def summarize(runs, configs):
     for num, den in pairs:
         if num not in configs or den not in configs:
             continue
-        for workload in ("exception", "normal"):
+        for workload in workloads:
             per_rep = [
                 r[num][workload]["jobs_per_s"] / r[den][workload]["jobs_per_s"]
                 for r in runs
@@ -830,6 +840,7 @@ COUNTS = (
     "reps",
     "jobs_exception",
     "jobs_normal",
+    "jobs_perilog",
     "slots",
     "outstanding",
     "samples",
@@ -850,6 +861,15 @@ def parse_args(argv=None):
         "--jobs-exception", type=int, help="jobs per exception-path run"
     )
     parser.add_argument("--jobs-normal", type=int, help="jobs per normal-path run")
+    parser.add_argument(
+        "--jobs-perilog",
+        type=int,
+        help="jobs per normal-path run with a prolog and an epilog hold per job",
+    )
+    parser.add_argument(
+        "--workloads",
+        help=f"comma-separated throughput workloads (default: {','.join(WORKLOADS)})",
+    )
     parser.add_argument(
         "--slots",
         type=int,
@@ -897,6 +917,7 @@ def parse_args(argv=None):
         reps=10,
         jobs_exception=5000,
         jobs_normal=300,
+        jobs_perilog=300,
         slots=2,
         outstanding=1000,
         samples=200,
@@ -910,6 +931,7 @@ def parse_args(argv=None):
         reps=2,
         jobs_exception=100,
         jobs_normal=30,
+        jobs_perilog=30,
         slots=2,
         outstanding=50,
         samples=20,
@@ -925,10 +947,18 @@ def parse_args(argv=None):
     for key in COUNTS:
         if getattr(args, key) < 1:
             parser.error(f"--{key.replace('_', '-')} must be at least 1")
-    args.jobs = {"exception": args.jobs_exception, "normal": args.jobs_normal}
+    args.jobs = {
+        "exception": args.jobs_exception,
+        "normal": args.jobs_normal,
+        "perilog": args.jobs_perilog,
+    }
     for workload, n in args.jobs.items():
         if args.slots > n:
             parser.error(f"--slots {args.slots} is more than --jobs-{workload} {n}")
+    args.workloads = args.workloads.split(",") if args.workloads else list(WORKLOADS)
+    for workload in args.workloads:
+        if workload not in WORKLOADS:
+            parser.error(f"unknown workload {workload!r}")
     args.configs = args.configs.split(",") if args.configs else list(CONFIGS)
     for config in args.configs:
         if config not in CONFIGS:
@@ -1001,7 +1031,9 @@ def targets(results):
     out = []
     ratios = results.get("throughput", {}).get("ratios", {})
     for pair, goal in (("gate-idle/bare", 0.97), ("gate/native", 0.85)):
-        for workload in ("exception", "normal"):
+        for workload in WORKLOADS:
+            if pair == "gate-idle/bare" and workload == "perilog":
+                continue  # the same as the normal path without holds
             r = ratios.get(f"{pair}/{workload}")
             if r:
                 out.append(
@@ -1109,9 +1141,13 @@ def report(results):
         )
         names = sorted(
             {k.rsplit("/", 1)[0] for k in tp["ratios"]},
-            key=lambda n: list(tp["ratios"]).index(n + "/exception"),
+            key=lambda n: list(tp["ratios"]).index(
+                next(k for k in tp["ratios"] if k.startswith(n + "/"))
+            ),
         )
         for name in names:
+            if f"{name}/exception" not in tp["ratios"]:
+                continue
             row = f"  {name.replace('/', ' / '):<26}"
             for key in ("jobs_per_s",):
                 for workload in ("exception", "normal"):
@@ -1121,11 +1157,21 @@ def report(results):
             for workload in ("exception", "normal"):
                 row += f"{fmt(tp['ratios'][f'{name}/{workload}']['jm_cpu']):>18}"
             add(row)
+        for name in names:
+            r = tp["ratios"].get(f"{name}/perilog")
+            if r:
+                reps = r["jobs_per_s_reps"]
+                add(
+                    f"  {name.replace('/', ' / '):<26} perilog path (prolog + "
+                    f"epilog hold): {fmt(r['jobs_per_s'])} "
+                    f"[{fmt(min(reps))}..{fmt(max(reps))}], JM CPU/job "
+                    f"{fmt(r['jm_cpu'])}"
+                )
         add("")
         add(
             f"THROUGHPUT: median over repetitions [min..max]; "
             f"{params['jobs_exception']} exception-path, {params['jobs_normal']} "
-            f"normal-path jobs per run"
+            f"normal-path, {params.get('jobs_perilog')} perilog-path jobs per run"
         )
         add(
             f"  {'config':<16}{'workload':<11}{'jobs/s':>8} {'[min..max]':<19}"

@@ -1,14 +1,26 @@
 #!/usr/bin/env python3
 """A toy burst-buffer manager built on flux-epilog-gate.
 
-The pattern every cleanup service follows:
+The pattern every setup and cleanup service follows:
 
-1. when a job that wants a burst buffer is submitted, create the buffer
-   and register a hold ``bb`` on the job;
-2. when the hold becomes active (the job finished, or was cancelled or
-   failed before it ever ran), tear the buffer down;
-3. release the hold with status 0, or non-zero if teardown failed: the job
-   then goes on to ``clean``.
+1. when a job that wants a burst buffer is submitted, register a prolog
+   hold ``bb-setup`` (it keeps the job's start back) and an epilog hold
+   ``bb`` (it keeps the job's clean back);
+2. when ``bb-setup`` becomes active (the job got its resources and is
+   about to start), create the buffer and release the hold: status 0 lets
+   the job start, non-zero fails it (it never starts);
+3. when ``bb`` becomes active (the job finished, or was cancelled or failed
+   before it ever ran), tear the buffer down and release the hold with
+   status 0, or non-zero if teardown failed: the job then goes on to
+   ``clean``.
+
+A ``bb-setup`` that comes back ``aborted`` belongs to a job that will never
+start (it was cancelled during the setup): the service abandons the setup
+and releases it; ``bb`` then tears down whatever was made.  A job can reach
+RUN before the service has seen its submission: then the prolog hold is
+refused as too late and the buffer is made at once.  The
+``[[epilog-gate.rules]]`` of the instance config register both holds
+without that race (holding them again here answers the existing holds).
 
 The "buffer" here is a directory under ``--root``; a job asks for one with
 the jobspec attribute ``system.bb`` (``flux submit --setattr=system.bb=1``).
@@ -35,6 +47,7 @@ from flux.job.journal import JournalConsumer
 from flux_epilog_gate import EpilogGate
 
 DESCRIPTION = "bb"
+SETUP = "bb-setup"
 
 
 class BurstBufferService:
@@ -55,9 +68,11 @@ class BurstBufferService:
             return
         if "bb" not in event.jobspec.get("attributes", {}).get("system", {}):
             return
-        os.makedirs(self.buffer(event.jobid), exist_ok=True)
-        future = self.gate.hold_async(event.jobid, DESCRIPTION, timeout=60)
-        future.then(self.answered, f"created {self.buffer(event.jobid)}, holding")
+        jobid = event.jobid
+        future = self.gate.hold_async(jobid, DESCRIPTION, timeout=60)
+        future.then(self.answered, f"holding {JobID(jobid).f58} for teardown")
+        future = self.gate.hold_async(jobid, SETUP, timeout=60, point="prolog")
+        future.then(self.setup_held, jobid)
 
     def answered(self, future, what):
         """The answer of a hold or release: say what was done, or why not."""
@@ -68,8 +83,30 @@ class BurstBufferService:
             return
         print(f"bb: {what}", flush=True)
 
+    def setup_held(self, future, jobid):
+        try:
+            future.get()  # fulfilled: does not wait
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                print(f"bb: holding {JobID(jobid).f58}: failed: {exc}", flush=True)
+                return
+            # Too late to keep the start back: set up now.
+            self.setup(jobid)
+            return
+        print(f"bb: holding {JobID(jobid).f58} for setup", flush=True)
+
+    def setup(self, jobid):
+        path = self.buffer(jobid)
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            print(f"bb: setup of {path} failed: {exc}", flush=True)
+            return 1
+        print(f"bb: created {path}", flush=True)
+        return 0
+
     def watch(self, *args):
-        self.gate.watch_async([DESCRIPTION]).then(self.on_active)
+        self.gate.watch_async([DESCRIPTION, SETUP]).then(self.on_active)
 
     def on_active(self, future):
         try:
@@ -83,10 +120,15 @@ class BurstBufferService:
             self.retry.start()
             return
         future.reset()
+        if hold["point"] == "prolog":
+            self.on_setup(hold)
+            return
         path = self.buffer(hold["id"])
         status = 0
         try:
             shutil.rmtree(path)
+        except FileNotFoundError:
+            pass  # never set up: the job was cancelled before it started
         except OSError as exc:
             print(f"bb: teardown of {path} failed: {exc}", flush=True)
             status = 1
@@ -99,6 +141,18 @@ class BurstBufferService:
             self.remaining -= 1
             if self.remaining <= 0:
                 self.handle.reactor_stop()
+
+    def on_setup(self, hold):
+        if hold.get("aborted"):
+            # The job will never start: whatever was made is torn down
+            # when its epilog hold becomes active.
+            print(f"bb: setup for {JobID(hold['id']).f58} aborted", flush=True)
+            future = self.gate.release_async(hold["id"], SETUP, 0)
+            future.then(self.answered, "setup abandoned, released")
+            return
+        status = self.setup(hold["id"])
+        future = self.gate.release_async(hold["id"], SETUP, status)
+        future.then(self.answered, f"setup done (status {status}), released")
 
     def run(self):
         journal = JournalConsumer(self.handle, full=False)

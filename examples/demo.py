@@ -6,7 +6,10 @@ service (bb_service.py) running, then submits two jobs that want a burst
 buffer: one is cancelled before it ever gets resources (the exception
 path), one runs to completion (the normal path).  Each job's eventlog shows
 its ``clean`` held until the service tore the buffer down and released the
-hold.
+hold, and the job that ran shows its ``start`` held until the service set
+the buffer up and released its prolog hold.  The instance config declares
+both holds for every job that asks for a burst buffer, so no job can slip
+past the service.
 """
 
 import os
@@ -28,11 +31,28 @@ SHOWN = (
     "start",
     "finish",
     "exception",
+    "prolog-start",
+    "prolog-finish",
     "epilog-start",
     "epilog-finish",
     "free",
     "clean",
 )
+
+
+#: Both holds on every job with a system.bb attribute, from submit on.
+RULES = """
+[[epilog-gate.rules]]
+attribute = "system.bb"
+description = "bb-setup"
+point = "prolog"
+timeout = "1m"
+
+[[epilog-gate.rules]]
+attribute = "system.bb"
+description = "bb"
+timeout = "1m"
+"""
 
 
 def bb_job(handle, run_duration=None, urgency=16):
@@ -58,7 +78,7 @@ def show(handle, jobid, title):
 
 def main():
     root = tempfile.mkdtemp(prefix="bb-")
-    with Instance(cores=4, plugin=plugin_path()) as inst:
+    with Instance(cores=4, plugin=plugin_path(), config=RULES) as inst:
         print(f"flux instance up ({inst.uri}), epilog-gate loaded")
         service = subprocess.Popen(
             [

@@ -100,6 +100,7 @@ class HoldInfo:
         self.id = JobID(hold["id"])
         self.description = hold["description"]
         self.state = hold["state"]
+        self.point = hold.get("point", "epilog")
         self.userid = hold["userid"]
         self.username = username(self.userid)
         self.t_hold = hold["t_hold"]
@@ -140,7 +141,7 @@ class HoldFormat(OutputFormat):
         "age": "AGE",
         "active": "ACTIVE",
         "timeout": "TIMEOUT",
-        # A hold's point (epilog, prolog) goes here once holds carry one.
+        "point": "POINT",
     }
 
 
@@ -152,15 +153,16 @@ class HoldConfig(UtilConfig):
         "default": {
             "description": "Default list format",
             "format": (
-                "+:{id.f58:<12} +:{description:<11} {state:<7} +:{username:<8} "
-                "{age!F:>7} {active!F:>7h} {timeout!F:>7h}"
+                "+:{id.f58:<12} +:{description:<11} {state:<7} {point:<6} "
+                "+:{username:<8} {age!F:>7} {active!F:>7h} {timeout!F:>7h}"
             ),
         },
         "long": {
             "description": "With user ids and the times of hold and start",
             "format": (
-                "+:{id.f58:<12} +:{description:<11} {state:<7} +:{username:<8} "
-                "{userid:>6} {t_hold!d:%b%d %T::>15} {t_start!d:%b%d %T::>15h} "
+                "+:{id.f58:<12} +:{description:<11} {state:<7} {point:<6} "
+                "+:{username:<8} {userid:>6} "
+                "{t_hold!d:%b%d %T::>15} {t_start!d:%b%d %T::>15h} "
                 "{age!F:>7} {active!F:>7h} {timeout!F:>7h}"
             ),
         },
@@ -196,7 +198,10 @@ def cmd_load(args):
 
 
 def cmd_hold(args):
-    hold = EpilogGate(flux.Flux()).hold(args.jobid, args.description, args.timeout)
+    point = "prolog" if args.prolog else None
+    hold = EpilogGate(flux.Flux()).hold(
+        args.jobid, args.description, args.timeout, point
+    )
     if not args.quiet:
         print(f"{JobID(hold['id']).f58} {hold['description']} {hold['state']}")
 
@@ -288,14 +293,18 @@ def wanted(hold, args):
 
 def cmd_watch(args):
     remaining = args.count
-    for hold in EpilogGate(flux.Flux()).watch(args.descriptions):
+    points = [args.point] if args.point else None
+    for hold in EpilogGate(flux.Flux()).watch(args.descriptions, points=points):
         if args.json:
             print(json.dumps(hold), flush=True)
         else:
             ran = "ran" if hold["ran"] else "never-ran"
+            # An epilog hold's line is as it always was.
+            prolog = " prolog" if hold.get("point") == "prolog" else ""
+            aborted = " aborted" if hold.get("aborted") else ""
             print(
                 f"{JobID(hold['id']).f58} {hold['description']} "
-                f"userid={hold['userid']} {ran}",
+                f"userid={hold['userid']} {ran}{prolog}{aborted}",
                 flush=True,
             )
         if remaining is not None:
@@ -384,7 +393,8 @@ def parser():
         "hold",
         cmd_hold,
         "register hold DESCRIPTION on job JOBID: from the job's epilog point "
-        "it keeps the job from clean until released; print the hold",
+        "it keeps the job from clean until released (with --prolog: from its "
+        "entry to RUN, its start); print the hold",
     )
     p.add_argument("jobid", type=jobid, metavar="JOBID", help=JOBID_HELP)
     p.add_argument("description", metavar="DESCRIPTION", help="1-64 of [A-Za-z0-9._-]")
@@ -395,6 +405,11 @@ def parser():
         metavar="FSD",
         help="finish the hold with status 124 once active this long "
         "(a Flux Standard Duration: 90, 90s, 10m, 1.5h, 2d)",
+    )
+    p.add_argument(
+        "--prolog",
+        action="store_true",
+        help="hold the job's start (until released) instead of its clean",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
 
@@ -481,6 +496,11 @@ def parser():
         help="only holds of these descriptions",
     )
     p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.add_argument(
+        "--point",
+        choices=("epilog", "prolog"),
+        help="only holds at this point",
+    )
     p.add_argument(
         "-c", "--count", type=count, metavar="N", help="exit after N holds (N >= 1)"
     )

@@ -44,20 +44,23 @@ class EpilogGate:
     def _rpc(self, method, payload, flags=0):
         return self.handle.rpc(f"{SERVICE}.{method}", payload, flags=flags)
 
-    def hold_async(self, jobid, description, timeout=None):
+    def hold_async(self, jobid, description, timeout=None, point=None):
         """Start a hold request (see :meth:`hold`); returns the future."""
         payload = {"id": _jobid(jobid), "description": description}
         if isinstance(timeout, str):
             timeout = parse_fsd(timeout)
         if timeout is not None:
             payload["timeout"] = timeout
+        if point is not None:
+            payload["point"] = point
         return self._rpc("hold", payload)
 
-    def hold(self, jobid, description, timeout=None):
+    def hold(self, jobid, description, timeout=None, point=None):
         """Register hold ``description`` on ``jobid``; return the hold
         (``{id, description, state}``).  ``timeout``: seconds, or a Flux
-        Standard Duration such as ``"10m"``."""
-        return self.hold_async(jobid, description, timeout).get()
+        Standard Duration such as ``"10m"``; ``point="prolog"`` holds the
+        job's start instead of its clean."""
+        return self.hold_async(jobid, description, timeout, point).get()
 
     def release_async(self, jobid, description, status=0):
         """Start a release request (see :meth:`release`); returns the
@@ -115,23 +118,30 @@ class EpilogGate:
         """Return all holds visible to the caller, or those of ``jobid``."""
         return self.list_async(jobid).get()["holds"]
 
-    def watch_async(self, descriptions=None):
+    def watch_async(self, descriptions=None, points=None):
         """Start a watch; returns the streaming future (see :meth:`watch`)."""
         payload = {}
         if descriptions:
             payload["descriptions"] = list(descriptions)
+        if points:
+            payload["points"] = list(points)
         return self._rpc("watch", payload, flags=flux.constants.FLUX_RPC_STREAMING)
 
-    def watch(self, descriptions=None, reconnect=60.0):
-        """Yield ``{id, description, userid, ran}`` for every hold that is
-        active now, then for each hold as it becomes active.  Blocks
-        between holds; stop by leaving the loop.
+    def watch(self, descriptions=None, reconnect=60.0, points=None):
+        """Yield ``{id, description, userid, ran, point}`` for every hold
+        that is active now, then for each hold as it becomes active.
+        Blocks between holds; stop by leaving the loop.  ``points``
+        (``"epilog"``, ``"prolog"``) limits the holds to those points.
+
+        An active prolog hold whose job will never start (it was cancelled,
+        or another hold failed) comes again with ``aborted: True``: abandon
+        the setup and release it.
 
         When the plugin is reloaded or the job-manager restarts, the stream
         is ended and this watches again, waiting up to ``reconnect``
         seconds for the plugin to be back; holds still active are then
         sent again (releasing twice is harmless)."""
-        future = self.watch_async(descriptions)
+        future = self.watch_async(descriptions, points)
         deadline = None  # while watching again after the stream ended
         while True:
             try:
@@ -143,7 +153,7 @@ class EpilogGate:
                     deadline = time.monotonic() + reconnect
                 else:
                     time.sleep(0.5)
-                future = self.watch_async(descriptions)
+                future = self.watch_async(descriptions, points)
                 continue
             deadline = None
             future.reset()

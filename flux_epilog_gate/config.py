@@ -9,10 +9,10 @@ table, which ``flux config reload`` re-reads.
 import math
 import re
 
-from .holds import description_error
+from .holds import EPILOG, POINTS, description_error
 
 KEYS = ("timeout", "max-holds", "gone-limit", "annotate", "rules", "debug-fault")
-RULE_KEYS = ("attribute", "equals", "description", "timeout")
+RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
 #: an exception inside the job-manager is contained (tests only).
@@ -96,14 +96,17 @@ class Rule:
     """Hold ``description`` on every job whose jobspec has ``attribute``
     (a dotted path under ``attributes``), equal to ``equals`` if given."""
 
-    __slots__ = ("attribute", "path", "equals", "description", "timeout")
+    __slots__ = ("attribute", "path", "equals", "description", "timeout", "point")
 
-    def __init__(self, attribute, description, equals=_MISSING, timeout=None):
+    def __init__(
+        self, attribute, description, equals=_MISSING, timeout=None, point=EPILOG
+    ):
         self.attribute = attribute
         self.path = attribute.split(".")
         self.equals = equals
         self.description = description
         self.timeout = timeout
+        self.point = point
 
     @classmethod
     def parse(cls, index, table):
@@ -122,8 +125,17 @@ class Rule:
         timeout = table.get("timeout")
         if timeout is not None:
             timeout = parse_duration(timeout, f"{where}.timeout")
+        point = table.get("point", EPILOG)
+        if point not in POINTS:
+            raise ConfigError(
+                f"{where}.point: expected " + " or ".join(map(repr, POINTS))
+            )
         return cls(
-            attribute, table["description"], table.get("equals", _MISSING), timeout
+            attribute,
+            table["description"],
+            table.get("equals", _MISSING),
+            timeout,
+            point,
         )
 
     def matches(self, attributes):
@@ -140,6 +152,8 @@ class Rule:
             rule["equals"] = self.equals
         if self.timeout is not None:
             rule["timeout"] = self.timeout
+        if self.point != EPILOG:
+            rule["point"] = self.point
         return rule
 
 

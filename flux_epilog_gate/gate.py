@@ -21,6 +21,12 @@ through a *port*, an object with these methods (the real one is
 ``annotate(id, text)``
     set the job's ``epilog_gate`` user annotation to ``text`` (None:
     remove it)
+``prolog_start(id, description, timeout)`` / ``prolog_finish(id, description, status)``
+    post ``prolog-start`` / ``prolog-finish``, marked as the gate's
+``raise_fatal(id, note)``
+    raise a fatal job exception (a failed prolog hold)
+``want_run(id)``
+    also send the tracked job's entry to RUN to the gate
 ``track(id, events=True)`` / ``untrack(id)``
     start or stop sending the job's callbacks to the gate (with
     ``events``, also its ``finish`` and ``free`` events)
@@ -32,8 +38,8 @@ through a *port*, an object with these methods (the real one is
     without blocking (with ``sync``, checkpointed before it answers);
     later call ``callback(error)``, with None on success
 ``send_activation(sink, activation)``
-    send one response (a dict ``{id, description, userid, ran}``) to a
-    watcher; returns False if the watcher is gone
+    send one response (a dict ``{id, description, userid, ran, point[,
+    aborted]}``) to a watcher; returns False if the watcher is gone
 ``log(level, text)``
     log a line (syslog levels)
 """
@@ -48,15 +54,19 @@ from .holdlog import MARKER, HoldLog, NotConfirmed
 from .holds import (
     ACTIVE,
     CANCEL_EVENT,
+    EPILOG,
     GONE,
     HOLD_EVENT,
     PENDING,
+    POINTS,
+    PROLOG,
     RECOVERY_DESCRIPTION,
     RELEASE_EVENT,
     TIMEOUT_STATUS,
     Hold,
 )
 from .jobid import f58
+from .prolog import Prologs
 
 # flux_job_state_t
 NEW = 1
@@ -84,6 +94,9 @@ class Job:
         "recovering",
         "placeholder",
         "annotation",
+        "start_held",
+        "prolog_placeholder",
+        "prolog_placeholders",
     )
 
     def __init__(self, jobid, userid):
@@ -94,6 +107,12 @@ class Job:
         self.recovering = False
         self.placeholder = False
         self.annotation = _UNSET
+        # One of the gate's prolog actions keeps the job's start back.
+        self.start_held = False
+        # While recovering: when this job-manager posted its recovery
+        # prolog action (or None), and how many the eventlog leaves open.
+        self.prolog_placeholder = None
+        self.prolog_placeholders = 0
 
 
 #: A job whose annotation the gate has not set (since it was loaded).
@@ -131,17 +150,20 @@ class GoneLog:
 class Watcher:
     """A client streaming hold activations."""
 
-    __slots__ = ("sink", "descriptions", "userid")
+    __slots__ = ("sink", "descriptions", "userid", "points")
 
-    def __init__(self, sink, descriptions=None, userid=None):
+    def __init__(self, sink, descriptions=None, userid=None, points=None):
         self.sink = sink
         self.descriptions = frozenset(descriptions) if descriptions else None
         self.userid = userid
+        self.points = frozenset(points) if points else None
 
     def wants(self, hold):
         return (
-            self.descriptions is None or hold.description in self.descriptions
-        ) and (self.userid is None or self.userid == hold.userid)
+            (self.descriptions is None or hold.description in self.descriptions)
+            and (self.userid is None or self.userid == hold.userid)
+            and (self.points is None or hold.point in self.points)
+        )
 
 
 class Gate:
@@ -155,6 +177,7 @@ class Gate:
         self.history = {}
         self.watchers = []
         self.record = HoldLog(port, self.holds)
+        self.prolog = Prologs(self)
         self.stats = dict.fromkeys(
             ("held", "activated", "released", "cancelled", "failed", "timedout"),
             0,
@@ -174,25 +197,28 @@ class Gate:
 
     # Requests
 
-    def hold(self, jobid, description, timeout=None, done=None):
+    def hold(self, jobid, description, timeout=None, point=EPILOG, done=None):
         """Register a hold; return ``(hold, created)``.
 
         Holding the same ``(jobid, description)`` again answers the
-        existing hold.  The hold is in force at once; ``done(hold,
-        error)`` is called once its record is durable (``error`` None),
-        the moment to answer the request.  If the record cannot be
-        committed, a hold this call created is withdrawn before ``done``
-        is told the error.
+        existing hold.  ``point`` is where the hold keeps the job: its
+        clean (``"epilog"``) or its start (``"prolog"``).  The hold is in
+        force at once; ``done(hold, error)`` is called once its record is
+        durable (``error`` None), the moment to answer the request.  If
+        the record cannot be committed, a hold this call created is
+        withdrawn before ``done`` is told the error.
         """
         job = self.jobs.get(jobid)
         if job and description in job.holds:
-            existing = job.holds[description]
+            existing = self._same_hold(job.holds[description], point)
             if done is not None:
                 self.record.barrier(lambda error: done(existing, error))
             return existing, False
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
+        if point == PROLOG:
+            self.prolog.check(job, jobid, state)
         if job and len(job.holds) >= self.config.max_holds:
             raise GateError(
                 errno.ENOSPC,
@@ -201,10 +227,17 @@ class Gate:
             )
         if timeout is None:
             timeout = self.config.timeout
-        hold = Hold(jobid, description, userid, self.port.now(), timeout)
+        hold = Hold(jobid, description, userid, self.port.now(), timeout, point)
         tracked = job is not None
         job = job or self._track(jobid, userid)
-        if not job.recovering and (job.at_point or self._past_point(job, state)):
+        if point == PROLOG:
+            try:
+                self.prolog.place(job, hold, state)
+            except GateError:
+                if not tracked:
+                    self._untrack(job)
+                raise
+        elif not job.recovering and (job.at_point or self._past_point(job, state)):
             try:
                 self._activate(hold)
             except GateError:
@@ -245,7 +278,7 @@ class Gate:
         for rule in self.config.rules:
             if rule.matches(attributes):
                 try:
-                    self.hold(jobid, rule.description, rule.timeout)
+                    self.hold(jobid, rule.description, rule.timeout, rule.point)
                 except GateError as exc:
                     self.port.log(
                         syslog.LOG_ERR,
@@ -290,9 +323,9 @@ class Gate:
             for hold in job.holds.values()
         ]
 
-    def watch(self, sink, descriptions=None, userid=None):
+    def watch(self, sink, descriptions=None, userid=None, points=None):
         """Add a watcher; it is first sent every hold already active."""
-        watcher = Watcher(sink, descriptions, userid)
+        watcher = Watcher(sink, descriptions, userid, points)
         for job in self.jobs.values():
             for hold in job.holds.values():
                 if hold.state == ACTIVE and watcher.wants(hold):
@@ -308,10 +341,18 @@ class Gate:
 
     # Job-manager callbacks
 
+    def on_run(self, jobid):
+        """The job entered RUN (only for jobs with prolog holds)."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.prolog.on_run(job)
+
     def on_cleanup(self, jobid):
         """The job entered CLEANUP."""
         job = self.jobs.get(jobid)
         if job:
+            if not job.recovering:
+                self.prolog.on_cleanup(job)
             self._advance(job, CLEANUP)
 
     def on_event(self, jobid, name, state):
@@ -337,6 +378,7 @@ class Gate:
         """A job whose holds will be known once its eventlog is read."""
         job = self.jobs.get(jobid) or self._track(jobid, userid)
         job.recovering = True
+        self.prolog.recovering(job)
 
     def end_recovery(self, jobid, events):
         """Rebuild a job's holds from its eventlog ``events`` (a list of
@@ -364,6 +406,7 @@ class Gate:
         if state == INACTIVE:
             self.on_inactive(jobid)
             return
+        self.prolog.recovered(job, state)
         for hold in job.holds.values():
             if hold.state == ACTIVE:
                 self._arm_timer(hold)
@@ -402,6 +445,7 @@ class Gate:
         self.port.track(jobid)
         if job.recovering:
             return True
+        self.prolog.recovered(job, state)
         if not job.at_point and self._past_point(job, state):
             self._reach_point(job)
         return False
@@ -433,6 +477,11 @@ class Gate:
         released = {}
         for timestamp, name, context in events:
             description = context.get("description")
+            if name == "prolog-finish" and description in released:
+                # The finish of a released prolog hold.
+                del released[description]
+            elif name in ("prolog-start", "prolog-finish"):
+                self.prolog.replay(job, timestamp, name, context)
             if name in PROGRESS_EVENTS:
                 seen.add(name)
             elif name == HOLD_EVENT and description not in job.holds:
@@ -462,12 +511,20 @@ class Gate:
         return seen, list(released.values())
 
     @staticmethod
-    def _replayed_hold(job, timestamp, context):
+    def _replayed_hold(job, timestamp, context, point=None):
         """The hold a recorded entry names, made if the job lacks it."""
         description = context["description"]
+        if point is None:
+            point = context.get("point", EPILOG)
+            point = point if point in POINTS else EPILOG
         if description not in job.holds:
             job.holds[description] = Hold(
-                job.id, description, job.userid, timestamp, context.get("timeout")
+                job.id,
+                description,
+                job.userid,
+                timestamp,
+                context.get("timeout"),
+                point,
             )
         return job.holds[description]
 
@@ -528,6 +585,9 @@ class Gate:
         be running (see README, "The epilog point")."""
         if state != CLEANUP:
             return False
+        if job.start_held:
+            # The gate's own prolog action kept the start request back.
+            return True
         if not self._posted(job, "alloc"):
             return True
         if self._posted(job, "finish") or self._posted(job, "free"):
@@ -604,10 +664,13 @@ class Gate:
         )
         hold.state = GONE
         self.stats["released"] += 1
-        if status != 0:
-            self.stats["failed"] += 1
-            self._raise(job.id, hold, status, "released")
-        self._post_finish(job.id, hold.description, status)
+        if hold.point == PROLOG:
+            self.prolog.finish(job, hold, status, "released")
+        else:
+            if status != 0:
+                self.stats["failed"] += 1
+                self._raise(job.id, hold, status, "released")
+            self._post_finish(job.id, hold.description, status)
         # Recorded again, so that snapshots keep it while this
         # epilog-finish is not yet checkpointed.
         self.record.release(hold, status)
@@ -627,25 +690,32 @@ class Gate:
             return
         timedout = reason == "timed out"
         self.stats["timedout" if timedout else "released"] += 1
-        if status != 0:
-            self.stats["failed"] += 1
-            self._raise(job.id, hold, status, reason)
-        # Before epilog-finish, which may end the job.
+        # Before the finish, which may end the job.
         self._annotate(job)
-        self._post_finish(job.id, hold.description, status)
+        if hold.point == PROLOG:
+            self.prolog.finish(job, hold, status, reason)
+        else:
+            if status != 0:
+                self.stats["failed"] += 1
+                self._raise(job.id, hold, status, reason)
+            self._post_finish(job.id, hold.description, status)
         # A timeout needs no record: after a crash it expires again.
         if not timedout:
             self.record.release(hold, status, done)
 
-    def _raise(self, jobid, hold, status, reason):
-        what = f"epilog-gate: hold {hold.description}"
+    def failure_note(self, hold, status, reason):
+        """The note of the job exception a failed or timed-out hold raises."""
+        point = "prolog hold" if hold.point == PROLOG else "hold"
+        what = f"epilog-gate: {point} {hold.description}"
         if reason == "timed out":
             # Say how long it really was active: a hold that expired while
             # the instance was down ends later than its timeout.
             active = max(hold.timeout, self.port.now() - hold.t_start)
-            note = f"{what} timed out after {active:.1f}s (timeout {hold.timeout:g}s)"
-        else:
-            note = f"{what} {reason} with status {status}"
+            return f"{what} timed out after {active:.1f}s (timeout {hold.timeout:g}s)"
+        return f"{what} {reason} with status {status}"
+
+    def _raise(self, jobid, hold, status, reason):
+        note = self.failure_note(hold, status, reason)
         try:
             self.port.raise_exception(jobid, note)
         except OSError as exc:
@@ -675,12 +745,27 @@ class Gate:
 
     def _activation(self, hold):
         job = self.jobs.get(hold.id)
-        return {
+        activation = {
             "id": hold.id,
             "description": hold.description,
             "userid": hold.userid,
             "ran": bool(job) and self._posted(job, "start"),
+            "point": hold.point,
         }
+        if hold.aborted:
+            activation["aborted"] = True
+        return activation
+
+    @staticmethod
+    def _same_hold(hold, point):
+        """The existing hold asked for again, if at the same point."""
+        if hold.point != point:
+            raise GateError(
+                errno.EEXIST,
+                f"job {f58(hold.id)} already has hold {hold.description} "
+                f"at its {hold.point} point",
+            )
+        return hold
 
     def _notify(self, hold):
         if not self.watchers:

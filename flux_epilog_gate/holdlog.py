@@ -12,10 +12,10 @@ once the commit that carries its record has succeeded.
 
 Entries (RFC 18 eventlog lines):
 
-``epilog_gate.hold {id, description[, timeout]}``
+``epilog_gate.hold {id, description[, timeout][, point]}``
     a hold was registered (its timestamp is the hold's ``t_hold``); every
     hold gets one, also a hold that becomes active at once, so the log
-    names every job that has holds
+    names every job that has holds; ``point`` only for a prolog hold
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
 ``epilog_gate.release {id, description, status}``
@@ -73,7 +73,7 @@ import json
 import syslog
 from collections import deque
 
-from .holds import CANCEL_EVENT, HOLD_EVENT, RELEASE_EVENT
+from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -114,6 +114,8 @@ def hold_entry(hold):
         context = {"id": hold.id, "description": hold.description}
         if hold.timeout is not None:
             context["timeout"] = hold.timeout
+        if hold.point != EPILOG:
+            context["point"] = hold.point
         hold.entry = _line(hold.t_hold, HOLD_EVENT, context)
     return hold.entry
 

@@ -3,10 +3,17 @@
 A hold is ``(job id, description)``.  It is *pending* until the job reaches
 its epilog point, *active* once ``epilog-start`` has been posted for it, and
 gone once ``epilog-finish`` has been posted or it was cancelled while
-pending.
+pending.  A *prolog* hold (``point`` :data:`PROLOG`) is the same with the
+job's start for the epilog point and ``prolog-start``/``prolog-finish`` for
+the epilog events (see :mod:`flux_epilog_gate.prolog`).
 """
 
 import re
+
+#: Where a hold keeps its job: before its clean, or before its start.
+EPILOG = "epilog"
+PROLOG = "prolog"
+POINTS = (EPILOG, PROLOG)
 
 PENDING = "pending"
 ACTIVE = "active"
@@ -66,9 +73,11 @@ class Hold:
         "timeout",
         "timer",
         "entry",
+        "point",
+        "aborted",
     )
 
-    def __init__(self, jobid, description, userid, t_hold, timeout=None):
+    def __init__(self, jobid, description, userid, t_hold, timeout=None, point=EPILOG):
         self.id = jobid
         self.description = description
         self.state = PENDING
@@ -79,6 +88,10 @@ class Hold:
         self.timer = None
         # Its line in the hold log, once made (see holdlog.hold_entry).
         self.entry = None
+        self.point = point
+        # An active prolog hold whose job will never start (it entered
+        # CLEANUP): its service should abort the setup and release it.
+        self.aborted = False
 
     def to_dict(self):
         """Return the hold as a ``list`` entry."""
@@ -88,6 +101,7 @@ class Hold:
             "state": self.state,
             "userid": self.userid,
             "t_hold": self.t_hold,
+            "point": self.point,
         }
         if self.t_start is not None:
             entry["t_start"] = self.t_start

@@ -10,7 +10,7 @@ import errno
 
 from .config import as_seconds, duration_problem
 from .errors import GateError
-from .holds import description_error
+from .holds import EPILOG, POINTS, description_error
 
 JOBID_MAX = 2**64 - 1
 STATUS_MIN = -(2**31)
@@ -55,7 +55,7 @@ def _description(value, method):
 
 def parse_hold(payload):
     """Return ``(id, description, timeout)``; timeout is None if absent."""
-    _object(payload, "hold", ("id", "description"), ("timeout",))
+    _object(payload, "hold", ("id", "description"), ("timeout", "point"))
     jobid = _jobid(payload["id"], "hold")
     description = _description(payload["description"], "hold")
     timeout = payload.get("timeout")
@@ -67,6 +67,24 @@ def parse_hold(payload):
             raise GateError(errno.EINVAL, f"hold: timeout {timeout} {problem}")
         timeout = float(timeout)
     return jobid, description, timeout
+
+
+def _point(value, method):
+    if not isinstance(value, str):
+        raise GateError(errno.EPROTO, f"{method}: point must be a string")
+    if value not in POINTS:
+        raise GateError(
+            errno.EINVAL,
+            f"{method}: point {value!r} must be one of " + ", ".join(map(repr, POINTS)),
+        )
+    return value
+
+
+def parse_hold_point(payload):
+    """Return the ``point`` of a hold request that :func:`parse_hold`
+    accepted (default ``"epilog"``)."""
+    point = payload.get("point")
+    return EPILOG if point is None else _point(point, "hold")
 
 
 def parse_release(payload):
@@ -87,9 +105,20 @@ def parse_list(payload):
     return None if jobid is None else _jobid(jobid, "list")
 
 
+def parse_watch_points(payload):
+    """Return the set of points to watch (``points``) of a watch request
+    that :func:`parse_watch` accepted, or None for both."""
+    points = payload.get("points")
+    if points is None:
+        return None
+    if not isinstance(points, list):
+        raise GateError(errno.EPROTO, "watch: points must be a list")
+    return frozenset(_point(p, "watch") for p in points) or None
+
+
 def parse_watch(payload):
     """Return the set of descriptions to watch, or None for all."""
-    _object(payload, "watch", (), ("descriptions",))
+    _object(payload, "watch", (), ("descriptions", "points"))
     descriptions = payload.get("descriptions")
     if descriptions is None:
         return None

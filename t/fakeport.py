@@ -85,6 +85,7 @@ class FakePort:
         self.synced = []
         self.defer_commits = False
         self.pending_commits = []
+        self.run_wanted = set()
 
     # Driving the fake from a test
 
@@ -159,6 +160,17 @@ class FakePort:
                 open_.remove(context["description"])
         return sorted(open_)
 
+    def prologs_open(self, jobid):
+        """Descriptions of prolog actions started but not finished: what
+        keeps the job-manager from sending the start request."""
+        open_ = []
+        for name, context in self.events[jobid]:
+            if name == "prolog-start":
+                open_.append(context["description"])
+            elif name == "prolog-finish":
+                open_.remove(context["description"])
+        return sorted(open_)
+
     def notes(self, jobid):
         return [context["note"] for context in self.posted_by_gate(jobid, EXCEPTION)]
 
@@ -202,6 +214,29 @@ class FakePort:
     def raise_exception(self, jobid, note):
         self._maybe_fail(EXCEPTION)
         self.events[jobid].append((EXCEPTION, {"note": note}))
+
+    def prolog_start(self, jobid, description, timeout=None):
+        self._maybe_fail("prolog-start")
+        context = {"description": description, "epilog_gate": True}
+        if timeout is not None:
+            context["timeout"] = timeout
+        self.events[jobid].append(("prolog-start", context))
+
+    def prolog_finish(self, jobid, description, status):
+        self._maybe_fail("prolog-finish")
+        self.events[jobid].append(
+            (
+                "prolog-finish",
+                {"description": description, "status": status, "epilog_gate": True},
+            )
+        )
+
+    def raise_fatal(self, jobid, note):
+        self._maybe_fail(EXCEPTION)
+        self.events[jobid].append((EXCEPTION, {"note": note, "severity": 0}))
+
+    def want_run(self, jobid):
+        self.run_wanted.add(jobid)
 
     def track(self, jobid, events=True):
         self.tracked[jobid] = events

@@ -462,6 +462,7 @@ def _fuzz_reads(live, method, batch):
                 "description": ACTIVE,
                 "userid": value["userid"],
                 "ran": False,
+                "point": "epilog",
             }, value
     live.up()
     assert live.table() == before

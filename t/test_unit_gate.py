@@ -574,6 +574,7 @@ def test_list_entry_of_pending_hold_has_the_documented_fields(port, gate):
             "state": PENDING,
             "userid": USER,
             "t_hold": port.clock,
+            "point": "epilog",
         }
     ]
 
@@ -631,7 +632,13 @@ def test_watch_first_sends_every_hold_already_active(port, gate):
     held_job(port, gate, "pending", jobid=JOB2)
     gate.watch("w")
     assert port.sent["w"] == [
-        {"id": JOB, "description": "bb", "userid": USER, "ran": False}
+        {
+            "id": JOB,
+            "description": "bb",
+            "userid": USER,
+            "ran": False,
+            "point": "epilog",
+        }
     ]
 
 
@@ -647,7 +654,13 @@ def test_watch_says_the_job_ran_when_it_started(port, gate):
     port.happen(JOB, "finish")
     gate.on_event(JOB, "finish", CLEANUP)
     assert port.sent["w"] == [
-        {"id": JOB, "description": "bb", "userid": USER, "ran": True}
+        {
+            "id": JOB,
+            "description": "bb",
+            "userid": USER,
+            "ran": True,
+            "point": "epilog",
+        }
     ]
 
 

@@ -67,6 +67,7 @@ def test_watch_reports_that_a_job_ran(handle, gate):
         "description": "ran",
         "userid": os.getuid(),
         "ran": True,
+        "point": "epilog",
     }
 
 

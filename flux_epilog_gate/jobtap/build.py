@@ -74,6 +74,15 @@ int gate_respond_activation (flux_plugin_t *p, const flux_msg_t *msg,
                              flux_jobid_t id, const char *description,
                              uint32_t userid, int ran);
 int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text);
+int gate_respond_watch (flux_plugin_t *p, const flux_msg_t *msg,
+                        flux_jobid_t id, const char *description,
+                        uint32_t userid, int ran, const char *point,
+                        int aborted);
+int gate_prolog_start (flux_plugin_t *p, flux_jobid_t id,
+                       const char *description, double timeout);
+int gate_prolog_finish (flux_plugin_t *p, flux_jobid_t id,
+                        const char *description, int status);
+int gate_want_run (flux_plugin_t *p, flux_jobid_t id);
 int gate_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
                 int severity, const char *note);
 int gate_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,

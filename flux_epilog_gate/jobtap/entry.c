@@ -40,6 +40,7 @@ static void gate_py_release (const flux_msg_t *msg, flux_jobid_t id,
 
 #define GATE_NAME "epilog-gate"
 #define GATE_AUX "epilog-gate::held"
+#define GATE_RUN_AUX "epilog-gate::prolog" /* also forward job.state.run */
 #define GATE_JOB_TOPICS "job.[se][tv][ae][tn][et].*" /* job.state.*, job.event.* */
 #define GATE_JM_AUX "epilog-gate::job-manager"
 #define GATE_MARKER "epilog_gate" /* holdlog.MARKER */
@@ -50,6 +51,7 @@ enum gate_job_topic {
     GATE_JOB_INACTIVE = 2,
     GATE_JOB_EVENT = 3,
     GATE_JOB_DEPEND = 4,
+    GATE_JOB_RUN = 5,
 };
 
 /* Indexes of the RPC methods (host.METHODS). */
@@ -219,6 +221,8 @@ static int gate_job_topic (const char *topic)
             return GATE_JOB_INACTIVE;
         if (!strcmp (state, "depend") && (gate_forward & GATE_FORWARD_DEPEND))
             return GATE_JOB_DEPEND;
+        if (!strcmp (state, "run"))
+            return GATE_JOB_RUN;
         return -1;
     }
     /* Of a subscribed job's events only these move it to its epilog
@@ -280,6 +284,12 @@ static int gate_job_cb (flux_plugin_t *p,
     if (what != GATE_JOB_NEW
         && what != GATE_JOB_DEPEND
         && !flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX))
+        return 0;
+    /* Entry to RUN matters only to jobs with prolog holds (gate_want_run):
+     * their prolog-start must be posted from this very callback.
+     */
+    if (what == GATE_JOB_RUN
+        && !flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, GATE_RUN_AUX))
         return 0;
     if (flux_plugin_arg_unpack (args,
                                 FLUX_PLUGIN_ARG_IN,
@@ -538,6 +548,44 @@ static int gate_epilog_start (flux_plugin_t *p,
                                         "timeout", timeout);
 }
 
+/* Post prolog-start (prolog-finish), marked as the gate's.  The
+ * job-manager counts a posted prolog-start exactly as one from
+ * flux_jobtap_prolog_start(), which only adds checks the gate makes
+ * itself (see prolog.py); that call needs the current job, and a hold
+ * may become active from a request.
+ */
+static int gate_prolog_start (flux_plugin_t *p,
+                              flux_jobid_t id,
+                              const char *description,
+                              double timeout)
+{
+    if (timeout < 0.)
+        return flux_jobtap_event_post_pack (p, id, "prolog-start", "{s:s s:b}",
+                                            "description", description,
+                                            GATE_MARKER, 1);
+    return flux_jobtap_event_post_pack (p, id, "prolog-start", "{s:s s:b s:f}",
+                                        "description", description,
+                                        GATE_MARKER, 1,
+                                        "timeout", timeout);
+}
+
+static int gate_prolog_finish (flux_plugin_t *p,
+                               flux_jobid_t id,
+                               const char *description,
+                               int status)
+{
+    return flux_jobtap_event_post_pack (p, id, "prolog-finish", "{s:s s:i s:b}",
+                                        "description", description,
+                                        "status", status,
+                                        GATE_MARKER, 1);
+}
+
+/* Forward the (tracked) job's job.state.run to Python too. */
+static int gate_want_run (flux_plugin_t *p, flux_jobid_t id)
+{
+    return flux_jobtap_job_aux_set (p, id, GATE_RUN_AUX, &gate_marker, NULL);
+}
+
 /* Responses of the hot path, packed here rather than encoded in Python. */
 static int gate_respond_hold (flux_plugin_t *p,
                               const flux_msg_t *msg,
@@ -578,6 +626,36 @@ static int gate_respond_activation (flux_plugin_t *p,
                               "description", description,
                               "userid", (json_int_t)userid,
                               "ran", ran);
+}
+
+/* A watch response: an activation, or (aborted) the news that the job of
+ * an active prolog hold will never start.
+ */
+static int gate_respond_watch (flux_plugin_t *p,
+                               const flux_msg_t *msg,
+                               flux_jobid_t id,
+                               const char *description,
+                               uint32_t userid,
+                               int ran,
+                               const char *point,
+                               int aborted)
+{
+    flux_t *h = flux_jobtap_get_flux (p);
+
+    if (aborted)
+        return flux_respond_pack (h, msg, "{s:I s:s s:I s:b s:s s:b}",
+                                  "id", (json_int_t)id,
+                                  "description", description,
+                                  "userid", (json_int_t)userid,
+                                  "ran", ran,
+                                  "point", point,
+                                  "aborted", 1);
+    return flux_respond_pack (h, msg, "{s:I s:s s:I s:b s:s}",
+                              "id", (json_int_t)id,
+                              "description", description,
+                              "userid", (json_int_t)userid,
+                              "ran", ran,
+                              "point", point);
 }
 
 /* Name the holds a job's clean waits on in its user annotations, with a

@@ -25,6 +25,9 @@ from ._entry import ffi, lib
 
 EXCEPTION_TYPE = b"epilog"
 EXCEPTION_SEVERITY = 1
+#: Job exception raised for a failed prolog hold: fatal, the job never
+#: starts.
+PROLOG_EXCEPTION_TYPE = b"prolog"
 
 
 def _address(cdata):
@@ -145,6 +148,26 @@ class Jobtap:
         ):
             raise _oserror()
 
+    def prolog_start(self, jobid, description, timeout=None):
+        """Post ``prolog-start``, marked as the gate's (packed in C)."""
+        timeout = -1.0 if timeout is None else timeout
+        if lib.gate_prolog_start(self.p, jobid, description.encode(), timeout) < 0:
+            raise _oserror()
+
+    def prolog_finish(self, jobid, description, status):
+        """Post ``prolog-finish``, marked as the gate's (packed in C)."""
+        if lib.gate_prolog_finish(self.p, jobid, description.encode(), status) < 0:
+            raise _oserror()
+
+    def raise_fatal(self, jobid, note):
+        if lib.gate_raise(self.p, jobid, PROLOG_EXCEPTION_TYPE, 0, note.encode()) < 0:
+            raise _oserror()
+
+    def want_run(self, jobid):
+        """Also send the tracked job's job.state.run to Python."""
+        if lib.gate_want_run(self.p, jobid) < 0:
+            raise _oserror()
+
     def track(self, jobid, events=True):
         """Send the job's callbacks to Python; with ``events`` also its
         job.event.* callbacks."""
@@ -254,13 +277,15 @@ class Jobtap:
     def send_activation(self, msg, activation):
         """Send one ``watch`` response; False if that failed."""
         return (
-            lib.gate_respond_activation(
+            lib.gate_respond_watch(
                 self.p,
                 msg,
                 activation["id"],
                 activation["description"].encode(),
                 activation["userid"],
                 activation["ran"],
+                self._name(activation["point"]),
+                activation.get("aborted", False),
             )
             == 0
         )

@@ -20,6 +20,7 @@ from .. import holdlog, protocol
 from ..config import Config, ConfigError
 from ..errors import GateError
 from ..gate import CLEANUP, INACTIVE, NEW, RUN, Gate
+from ..holds import EPILOG
 from ._entry import ffi, lib
 from .facade import (
     Jobtap,
@@ -32,6 +33,8 @@ from .facade import (
 )
 
 JOB_NEW, JOB_CLEANUP, JOB_INACTIVE, JOB_EVENT, JOB_DEPEND = range(5)
+#: job.state.run, forwarded only for jobs with prolog holds (entry.c).
+JOB_RUN = 5
 PLUGIN_CONF, PLUGIN_QUERY = range(2)
 
 #: RPC methods, in the order of the index each is registered with. All
@@ -94,6 +97,8 @@ class Host:
             self.gate.on_inactive(jobid)
         elif what == JOB_EVENT:
             self.gate.on_event(jobid, ffi.string(topic).decode(), state)
+        elif what == JOB_RUN:
+            self.gate.on_run(jobid)
 
     def _on_new(self, jobid, state, userid):
         if state == NEW:
@@ -208,7 +213,8 @@ class Host:
 
     def _hold(self, message, payload, owner, userid):
         _require_owner("hold", owner)
-        self.hold(message, *protocol.parse_hold(payload))
+        request = protocol.parse_hold(payload)
+        self.hold(message, *request, point=protocol.parse_hold_point(payload))
 
     def _release(self, message, payload, owner, userid):
         _require_owner("release", owner)
@@ -220,13 +226,13 @@ class Host:
     # The answer waits until the request's record is durable (see
     # holdlog.py): the message is kept until then.
 
-    def hold(self, message, jobid, description, timeout):
+    def hold(self, message, jobid, description, timeout, point=EPILOG):
         kept = keep_request(message)
 
         def done(hold, error):
             self._answer(kept, "hold", error, lambda: self.jobtap.send_hold(kept, hold))
 
-        self.gate.hold(jobid, description, timeout, done=done)
+        self.gate.hold(jobid, description, timeout, point, done=done)
 
     def release(self, message, jobid, description, status):
         kept = keep_request(message)
@@ -261,9 +267,13 @@ class Host:
     def _watch(self, message, payload, owner, userid):
         if not is_streaming(message):
             raise GateError(errno.EPROTO, "watch: request must be streaming")
-        descriptions = protocol.parse_watch(payload if payload is not None else {})
+        payload = payload if payload is not None else {}
+        descriptions = protocol.parse_watch(payload)
+        points = protocol.parse_watch_points(payload)
         sink = keep_request(message)
-        self.gate.watch(sink, descriptions, userid=None if owner else userid)
+        self.gate.watch(
+            sink, descriptions, userid=None if owner else userid, points=points
+        )
 
     def unload(self):
         """This plugin instance is being destroyed: end the watch streams

@@ -1,0 +1,266 @@
+"""Prolog holds: holds that keep a job's *start* back instead of its clean.
+
+A prolog hold is pending until the job enters RUN; in that job-manager
+callback, before the job-manager sends the job's start request, the gate
+posts ``prolog-start description=D`` (marked as the gate's, with the
+hold's timeout), so the start request waits.  Releasing it posts
+``prolog-finish description=D status=S`` (marked); the job-manager sends
+the start request once no prolog action is left.  The job-manager counts
+prolog and epilog actions in one counter and never looks at their
+context, so a marked post counts exactly as ``flux_jobtap_prolog_start``
+would; what that call also checks (no start request pending, not in
+CLEANUP) the gate checks itself: a prolog hold is posted only from the
+RUN callback, or while one of the gate's own prolog actions keeps the
+start request back.
+
+A non-zero status or a timeout first raises a fatal job exception (so the
+job is in CLEANUP before its last prolog action ends and can never
+start), then posts ``prolog-finish``.  A job that enters CLEANUP while a
+prolog hold is active keeps it until it is released or times out; its
+watchers are told (``aborted: true``) so the setup can be abandoned.  A
+pending prolog hold of a job that enters CLEANUP is dropped with no
+events: the job will never start.
+
+This module is plain Python: it reaches the job-manager through the
+gate's port (``prolog_start``, ``prolog_finish``, ``raise_fatal``,
+``want_run``; see :mod:`flux_epilog_gate.gate`).
+"""
+
+import errno
+import syslog
+
+from .errors import GateError
+from .holdlog import MARKER
+from .holds import ACTIVE, GONE, PENDING, PROLOG, RECOVERY_DESCRIPTION
+from .jobid import f58
+
+# flux_job_state_t (as in gate.py)
+RUN = 16
+CLEANUP = 32
+
+#: Reason a pending prolog hold is gone when its job ends before it starts.
+NEVER_STARTED = "job ended before it started"
+#: ... and when the job started while the gate was not loaded.
+STARTED_UNGATED = "job started while epilog-gate was not loaded"
+
+
+def is_prolog(hold):
+    return hold.point == PROLOG
+
+
+def active_prologs(job):
+    """The job's prolog holds that are active."""
+    return [h for h in job.holds.values() if is_prolog(h) and h.state == ACTIVE]
+
+
+class Prologs:
+    """The prolog side of a :class:`flux_epilog_gate.gate.Gate`."""
+
+    def __init__(self, gate):
+        self.gate = gate
+
+    @property
+    def port(self):
+        return self.gate.port
+
+    # Requests
+
+    def check(self, job, jobid, state):
+        """Raise GateError if a prolog hold on ``jobid`` (in ``state``,
+        its record ``job`` or None) comes too late to keep its start back."""
+        if state < RUN:
+            return
+        if (
+            state == RUN
+            and job is not None
+            and (job.start_held or job.prolog_placeholder)
+        ):
+            return
+        if state == RUN:
+            why = "is in RUN: its start request has been sent or may be at any moment"
+        else:
+            why = "is in CLEANUP: it will never start"
+        raise GateError(
+            errno.EINVAL, f"too late for a prolog hold: job {f58(jobid)} {why}"
+        )
+
+    def place(self, job, hold, state):
+        """A new prolog hold ``hold`` on ``job``: active at once if the
+        gate already keeps the job's start back, else pending until RUN."""
+        if state == RUN and job.start_held and not job.recovering:
+            self.activate(job, hold)
+        else:
+            self._want_run(job)
+
+    # Job-manager callbacks
+
+    def on_run(self, job):
+        """The job entered RUN: its start request is sent right after this
+        callback unless a prolog action is queued by then."""
+        if job.recovering:
+            self._hold_for_recovery(job)
+            return
+        for hold in list(job.holds.values()):
+            if is_prolog(hold) and hold.state == PENDING:
+                try:
+                    self.activate(job, hold)
+                except GateError as exc:
+                    self._not_held(job, hold, exc)
+
+    def on_cleanup(self, job):
+        """The job entered CLEANUP (before its epilog point is looked for):
+        pending prolog holds are dropped, active ones are aborted."""
+        for hold in list(job.holds.values()):
+            if not is_prolog(hold):
+                continue
+            if hold.state == PENDING:
+                self._drop(job, hold, NEVER_STARTED)
+            elif not hold.aborted:
+                hold.aborted = True
+                self.gate._notify(hold)
+
+    def finish(self, job, hold, status, reason):
+        """End active prolog hold ``hold`` (already off the job)."""
+        if status != 0:
+            self.gate.stats["failed"] += 1
+            # Before prolog-finish: once the job's last prolog action is
+            # finished, the start request goes out at once.
+            self._raise(job, hold, status, reason)
+        job.start_held = bool(active_prologs(job))
+        try:
+            self.port.prolog_finish(job.id, hold.description, status)
+        except OSError as exc:
+            self.port.log(
+                syslog.LOG_ERR,
+                f"{f58(job.id)}: prolog-finish {hold.description}: {exc}",
+            )
+
+    # Recovery and reload
+
+    def recovering(self, job):
+        """``job``'s holds are being recovered: should it enter RUN
+        meanwhile, keep its start back (see :meth:`on_run`)."""
+        try:
+            self.port.want_run(job.id)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: tracking: {exc}")
+
+    def replay(self, job, timestamp, name, context):
+        """One ``prolog-*`` entry of a recovering job's eventlog."""
+        description = context.get("description")
+        if description == RECOVERY_DESCRIPTION:
+            if timestamp < (job.prolog_placeholder or float("inf")):
+                job.prolog_placeholders += 1 if name == "prolog-start" else -1
+            return
+        if not context.get(MARKER):
+            return
+        if name == "prolog-start":
+            hold = self.gate._replayed_hold(job, timestamp, context, PROLOG)
+            hold.state = ACTIVE
+            hold.t_start = timestamp
+        elif name == "prolog-finish":
+            hold = job.holds.get(description)
+            if hold is not None and is_prolog(hold):
+                del job.holds[description]
+                self.gate.gone.add(job.id, description, "released")
+
+    def recovered(self, job, state):
+        """A job's holds are known again (after a restart or a reload) and
+        it is in ``state``: carry its prolog holds on from there."""
+        job.start_held = bool(active_prologs(job)) or bool(
+            job.prolog_placeholder or job.prolog_placeholders > 0
+        )
+        for hold in list(job.holds.values()):
+            if not is_prolog(hold):
+                continue
+            if hold.state == ACTIVE and state == CLEANUP:
+                hold.aborted = True
+            elif hold.state == PENDING and state == CLEANUP:
+                self._drop(job, hold, NEVER_STARTED)
+            elif hold.state == PENDING and state == RUN:
+                if job.start_held:
+                    self.activate(job, hold)
+                else:
+                    self._drop(job, hold, STARTED_UNGATED)
+            elif hold.state == PENDING:
+                self._want_run(job)
+        self._end_placeholders(job)
+
+    # Internals
+
+    def activate(self, job, hold):
+        try:
+            self.port.prolog_start(hold.id, hold.description, hold.timeout)
+        except OSError as exc:
+            raise GateError.from_oserror(
+                exc, f"posting prolog-start to job {f58(hold.id)}"
+            ) from None
+        job.start_held = True
+        hold.state = ACTIVE
+        hold.t_start = self.port.now()
+        self.gate.stats["activated"] += 1
+        self.gate._arm_timer(hold)
+        self.gate._notify(hold)
+
+    def _not_held(self, job, hold, exc):
+        # The start cannot be kept back for this hold: the job must not
+        # start without its setup, so fail it (and say why).
+        self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+        self._drop(job, hold, "prolog-start failed")
+        try:
+            self.port.raise_fatal(
+                job.id,
+                f"epilog-gate: prolog hold {hold.description} could not hold "
+                f"the start: {exc.message}",
+            )
+        except OSError as error:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {error}")
+
+    def _want_run(self, job):
+        try:
+            self.port.want_run(job.id)
+        except OSError as exc:
+            raise GateError.from_oserror(exc, f"tracking job {f58(job.id)}") from None
+
+    def _drop(self, job, hold, reason):
+        # A pending hold: nothing was posted for it, so nothing is.
+        del job.holds[hold.description]
+        hold.state = GONE
+        self.gate.gone.add(job.id, hold.description, reason)
+        self.gate.stats["cancelled"] += 1
+        self.gate.record.cancel(hold)
+        if not job.holds and not job.recovering:
+            self.gate._untrack(job)
+
+    def _raise(self, job, hold, status, reason):
+        note = self.gate.failure_note(hold, status, reason)
+        try:
+            self.port.raise_fatal(job.id, note)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {exc}")
+
+    def _hold_for_recovery(self, job):
+        # Still reading the eventlog: keep the start request back until we
+        # know which prolog holds this job has.
+        if not job.prolog_placeholder:
+            try:
+                self.port.prolog_start(job.id, RECOVERY_DESCRIPTION, None)
+            except OSError as exc:
+                self.port.log(
+                    syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-start: {exc}"
+                )
+                return
+            job.prolog_placeholder = self.port.now()
+
+    def _end_placeholders(self, job):
+        count = max(0, job.prolog_placeholders) + (1 if job.prolog_placeholder else 0)
+        job.prolog_placeholder = None
+        job.prolog_placeholders = 0
+        job.start_held = bool(active_prologs(job))
+        for _ in range(count):
+            try:
+                self.port.prolog_finish(job.id, RECOVERY_DESCRIPTION, 0)
+            except OSError as exc:
+                self.port.log(
+                    syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-finish: {exc}"
+                )
