@@ -52,6 +52,7 @@ from .holds import (
     Hold,
 )
 from .jobid import f58
+from .shutdown import SHUTDOWN_REASON
 
 # flux_job_state_t
 NEW = 1
@@ -61,6 +62,10 @@ SCHED = 8
 RUN = 16
 CLEANUP = 32
 INACTIVE = 64
+
+#: Which counter a finished hold counts in, by the reason it finished:
+#: shutdown-timeout is a timeout too.
+_COUNTERS = {"timed out": "timedout", SHUTDOWN_REASON: "timedout"}
 
 #: Events that tell where a job is on its way to the epilog point.
 PROGRESS_EVENTS = frozenset(
@@ -144,6 +149,8 @@ class Gate:
         self.history = {}
         self.watchers = []
         self.record = HoldLog(port, self.holds)
+        # What the instance's shutdown does (flux_epilog_gate.shutdown).
+        self.shutdown = None
         self.stats = dict.fromkeys(
             ("held", "activated", "released", "cancelled", "failed", "timedout"),
             0,
@@ -172,6 +179,8 @@ class Gate:
         job = self.jobs.get(jobid)
         if job and description in job.holds:
             return job.holds[description], False
+        if self.shutdown is not None:
+            self.shutdown.check_hold(jobid, description)
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
@@ -417,6 +426,14 @@ class Gate:
         hold.state = ACTIVE
         hold.t_start = timestamp
 
+    def end(self, hold, status, reason, note):
+        """Finish an active hold on the gate's own account (at shutdown),
+        with a job exception whose ``note`` names it."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        self._finish(job, hold, status, reason, note)
+
     # Timeouts
 
     def expire(self, hold):
@@ -505,6 +522,8 @@ class Gate:
         self.stats["activated"] += 1
         self._arm_timer(hold)
         self._notify(hold)
+        if self.shutdown is not None:
+            self.shutdown.activated(hold)
 
     def _arm_timer(self, hold):
         if hold.timeout is None or hold.timer is not None:
@@ -517,7 +536,7 @@ class Gate:
             hold.timer.stop()
             hold.timer = None
 
-    def _finish(self, job, hold, status, reason):
+    def _finish(self, job, hold, status, reason, note=None):
         # Forget the hold before posting: epilog-finish may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
@@ -530,17 +549,17 @@ class Gate:
             self.stats["cancelled"] += 1
             self.record.cancel(hold)
             return
-        self.stats["timedout" if reason == "timed out" else "released"] += 1
+        self.stats[_COUNTERS.get(reason, "released")] += 1
         if status != 0:
             self.stats["failed"] += 1
-            self._raise(job.id, hold, status, reason)
+            self._raise(job.id, hold, status, reason, note)
         self._post_finish(job.id, hold.description, status)
 
-    def _raise(self, jobid, hold, status, reason):
+    def _raise(self, jobid, hold, status, reason, note=None):
         what = f"epilog-gate: hold {hold.description}"
-        if reason == "timed out":
+        if note is None and reason == "timed out":
             note = f"{what} timed out after {hold.timeout:g}s"
-        else:
+        elif note is None:
             note = f"{what} {reason} with status {status}"
         try:
             self.port.raise_exception(jobid, note)

@@ -14,6 +14,8 @@
   makes a sink dead, so ``send_activation`` to it answers False;
 - the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
   and records it in ``commits``;
+- ``restartable()`` answers :attr:`FakePort.restart`; ``abort_cleanup()``
+  counts its calls in :attr:`FakePort.aborted`;
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit) fail with OSError, to check what the gate does when
   the job-manager refuses.
@@ -82,6 +84,8 @@ class FakePort:
         self.failures = {}
         self.kvs = {}
         self.commits = []
+        self.restart = True
+        self.aborted = 0
 
     # Driving the fake from a test
 
@@ -220,3 +224,9 @@ class FakePort:
 
     def log(self, level, text):
         self.logs.append((level, text))
+
+    def restartable(self):
+        return self.restart
+
+    def abort_cleanup(self):
+        self.aborted += 1

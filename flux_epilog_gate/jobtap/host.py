@@ -20,6 +20,7 @@ from .. import holdlog, protocol
 from ..config import Config, ConfigError
 from ..errors import GateError
 from ..gate import CLEANUP, INACTIVE, NEW, RUN, Gate
+from ..shutdown import BROKER_SHUTDOWN, Shutdown
 from ._entry import ffi, lib
 from .facade import (
     Jobtap,
@@ -64,7 +65,9 @@ class Host:
             self.jobtap.read_kvs(holdlog.KEY, self._log_read)
         else:
             self.log = {}
+        self.shutdown = Shutdown(self.gate, self.jobtap)
         self._register()
+        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
         # fires only once that is done.
@@ -249,6 +252,7 @@ class Host:
         for watcher in self.gate.watchers:
             self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
         self.gate.watchers = []
+        self.shutdown.stop()
         self.gate.suspend()
         self.jobtap.close()
 
