@@ -32,6 +32,9 @@ through a *port*, an object with these methods (the real one is
     watcher; returns False if the watcher is gone
 ``log(level, text)``
     log a line (syslog levels)
+
+What the gate does at shutdown (:mod:`flux_epilog_gate.shutdown`) needs
+two more, documented there.
 """
 
 import errno

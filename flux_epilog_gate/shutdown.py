@@ -261,8 +261,8 @@ class Shutdown:
         self.gate.record.flush()
         self.port.log(
             syslog.LOG_ERR,
-            "shutdown: aborting the broker's cleanup step, "
-            "the held jobs stay in CLEANUP",
+            "shutdown: sending SIGTERM to the broker to abort its cleanup "
+            "step; the held jobs stay in CLEANUP",
         )
         self.port.abort_cleanup()
 
