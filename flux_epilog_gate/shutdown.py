@@ -132,13 +132,20 @@ class Shutdown:
 
     def _resolve_action(self):
         action = self.gate.config.shutdown_action
-        if action != "auto":
-            return action
         try:
-            return "keep" if self.port.restartable() else "finish"
+            restartable = self.port.restartable()
         except OSError as exc:
             self.port.log(syslog.LOG_ERR, f"shutdown: instance attributes: {exc}")
-            return "finish"
+            restartable = False
+        if action == "auto":
+            return "keep" if restartable else "finish"
+        if action == "keep" and not restartable:
+            self.port.log(
+                syslog.LOG_WARNING,
+                "shutdown-action=keep in an instance that does not restart "
+                "from its state: holds it keeps end with the instance",
+            )
+        return action
 
     # What shutdown waits on
 

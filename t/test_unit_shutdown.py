@@ -212,6 +212,23 @@ def test_auto_is_finish_when_the_instance_attributes_cannot_be_read(port):
     assert lines(port, "instance attributes", syslog.LOG_ERR)
 
 
+def test_keep_in_an_instance_that_never_restarts_is_warned_about(port):
+    port.restart = False
+    _, shutdown = make(port, "keep")
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    assert shutdown.action == "keep"
+    assert lines(port, "does not restart", syslog.LOG_WARNING)
+
+
+def test_finish_or_keep_where_it_fits_is_not_warned_about(port):
+    for action, restart in (("keep", True), ("finish", False), ("finish", True)):
+        port.restart = restart
+        _, shutdown = make(port, action)
+        shutdown.on_broker_state(BROKER_CLEANUP)
+        assert shutdown.action == action
+    assert port.logs == []
+
+
 # When there is nothing to do
 
 

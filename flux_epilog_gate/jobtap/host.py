@@ -67,12 +67,13 @@ class Host:
             self.log = {}
         self.shutdown = Shutdown(self.gate, self.jobtap)
         self._register()
-        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
         # fires only once that is done.
         self.jobtap.forward(new=True, depend=bool(self.gate.config.rules))
         self._load_timer = self.jobtap.timer(0.0, self._loaded)
+        # Last: nothing may fail once the broker's state streams to us.
+        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
 
     def _register(self):
         for index, method in enumerate(METHODS):
