@@ -19,7 +19,7 @@ import flux.job
 import pytest
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
-from jobs import eventlog, named, submit, wait_event, wait_inactive
+from jobs import eventlog, named, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.jobid import f58
@@ -354,3 +354,21 @@ def test_after_the_bound_holds_are_refused_and_new_activations_finished(
     (start,) = named(events, "epilog-start", "umount")
     (finish,) = named(events, "finish")
     assert start.timestamp >= finish.timestamp
+
+
+# Configuration
+
+
+def test_shutdown_options_are_checked_at_load_and_shown_by_query(new_instance, plugin):
+    inst = new_instance(plugin=None)
+    bad = inst.flux("jobtap", "load", plugin, "shutdown-action=drop", check=False)
+    assert bad.returncode != 0
+    assert "shutdown-action: 'drop' is not one of 'auto', 'keep', 'finish'" in (
+        bad.stderr
+    )
+    bad = inst.flux("jobtap", "load", plugin, "shutdown-timeout=soon", check=False)
+    assert bad.returncode != 0 and "shutdown-timeout: 'soon'" in bad.stderr
+    assert "epilog-gate" not in inst.flux("jobtap", "list").stdout
+    inst.flux("jobtap", "load", plugin, "shutdown-timeout=1m", "shutdown-action=keep")
+    config = query(inst)["config"]
+    assert (config["shutdown-timeout"], config["shutdown-action"]) == (60.0, "keep")
