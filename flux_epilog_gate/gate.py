@@ -51,11 +51,11 @@ from .holds import (
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
+    SHUTDOWN_REASON,
     TIMEOUT_STATUS,
     Hold,
 )
 from .jobid import f58
-from .shutdown import SHUTDOWN_REASON
 
 # flux_job_state_t
 NEW = 1

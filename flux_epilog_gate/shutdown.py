@@ -51,7 +51,8 @@ import errno
 import syslog
 
 from .errors import GateError
-from .holds import ACTIVE
+from .gate import CLEANUP, RUN
+from .holds import ACTIVE, SHUTDOWN_REASON, SHUTDOWN_STATUS
 from .jobid import f58
 
 #: States of the broker's state machine (flux-core
@@ -59,17 +60,6 @@ from .jobid import f58
 BROKER_RUN = 5
 BROKER_CLEANUP = 6
 BROKER_SHUTDOWN = 7
-
-#: ``epilog-finish`` status of a hold that shutdown finishes: 128 + SIGTERM,
-#: the status of a command terminated by the shutdown.
-SHUTDOWN_STATUS = 143
-
-#: The gate's reason for such a finish (its ``release`` answers and stats).
-SHUTDOWN_REASON = "finished by shutdown"
-
-# flux_job_state_t of jobs that keep "flux queue idle" waiting.
-_RUN = 16
-_CLEANUP = 32
 
 
 class Shutdown:
@@ -154,7 +144,7 @@ class Shutdown:
         or CLEANUP."""
         holds = []
         for job in self.gate.jobs.values():
-            if job.holds and self._state(job.id) in (_RUN, _CLEANUP):
+            if job.holds and self._state(job.id) in (RUN, CLEANUP):
                 holds.extend(job.holds.values())
         return holds
 
