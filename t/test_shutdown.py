@@ -10,6 +10,7 @@ with status 143 and a job exception naming it ("finish").
 """
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -24,7 +25,7 @@ from jobs import eventlog, named, query, submit, wait_event, wait_inactive
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.jobid import f58
 from flux_epilog_gate.shutdown import SHUTDOWN_STATUS
-from flux_epilog_gate.testing import _toml, flux_command
+from flux_epilog_gate.testing import flux_command
 
 #: The bound the tests configure, and how much later than the bound the
 #: instance may stop on a loaded machine (without the gate's bound it
@@ -36,7 +37,7 @@ SLACK = 20.0
 ABORTED = 129
 
 #: Commands for the scripts: hold a job (DESC) cancelled while pending,
-#: wait until the hold is active, and print the job id.
+#: wait until the hold is active, and append the job id to OUT/jobs.
 HELD = """
 id=$(flux submit --urgency=0 true)
 flux-epilog-gate hold -q $id {desc} {opts}
@@ -53,9 +54,9 @@ sleep 0.2
 """
 
 
-def _env(**extra):
+def _env():
     """The environment of an instance that runs its job cleanup step."""
-    env = dict(os.environ, **extra)
+    env = dict(os.environ)
     env.pop("FLUX_DISABLE_JOB_CLEANUP", None)
     env.pop("FLUX_URI", None)
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env["PATH"]
@@ -63,14 +64,16 @@ def _env(**extra):
 
 
 def _gate_config(path, plugin, **conf):
-    text = ", ".join(f"{key} = {_toml(value)}" for key, value in conf.items())
+    """Write an instance config that loads the plugin with ``conf`` (its
+    values are numbers or strings, which JSON writes as TOML does)."""
+    text = ", ".join(f"{key} = {json.dumps(value)}" for key, value in conf.items())
     with open(path, "w") as f:
         f.write(f'[job-manager]\nplugins = [ {{ load = "{plugin}", ')
         f.write(f"conf = {{ {text} }} }} ]\n")
 
 
 def _flux_start(tmp_path, plugin, script, statedir=None, **conf):
-    """Run ``flux start sh -c SCRIPT`` with the plugin; return the process
+    """Run ``flux start sh -ec SCRIPT`` with the plugin; return the process
     and how long the instance took to stop after the script ended."""
     confdir = tmp_path / "conf"
     confdir.mkdir(exist_ok=True)
