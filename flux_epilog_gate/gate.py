@@ -429,6 +429,17 @@ class Gate:
         hold.state = ACTIVE
         hold.t_start = timestamp
 
+    def reach_point(self, jobid):
+        """Take the job as at its epilog point now, whatever it went
+        through (at shutdown, which ends its processes)."""
+        job = self.jobs.get(jobid)
+        if job is None or job.at_point or job.recovering:
+            return
+        try:
+            self._reach_point(job)
+        except GateError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
+
     def end(self, hold, status, reason, note):
         """Finish an active hold on the gate's own account (at shutdown),
         with a job exception whose ``note`` names it."""

@@ -45,6 +45,8 @@ Plain Python: it drives the job-manager through the gate's port (see
     True if the instance restarts from its state after a shutdown
 ``abort_cleanup()``
     make the broker abort its cleanup step (as a signal would)
+``cancel(id, note)``
+    raise a fatal job exception of type ``cancel``, as ``flux cancel`` does
 """
 
 import errno
@@ -207,10 +209,47 @@ class Shutdown:
             f"shutdown-timeout ({timeout:g}s) expired: shutdown-action="
             f"{self.action} for {_holds(len(waiting))}",
         )
+        self._end_processes()
         if self.action == "finish":
             self._finish(waiting)
         else:
             self._keep(waiting)
+
+    def _end_processes(self):
+        """Held jobs whose processes still run reach their epilog point now.
+
+        The shutdown ends those processes, and flux-core lets such a job
+        go inactive as the instance restarts (``free``, ``clean``) before
+        any plugin could start an epilog action for it: a hold still
+        pending would be lost.  A job still in RUN (the cleanup step
+        cancels every running job, but had not got to it yet) is cancelled
+        first, as that step does: epilog actions count only in CLEANUP.
+        """
+        for job in list(self.gate.jobs.values()):
+            if all(hold.state == ACTIVE for hold in job.holds.values()):
+                continue
+            state = self._state(job.id)
+            if state == RUN:
+                state = self._cancel(job.id)
+            if state == CLEANUP:
+                self.port.log(
+                    syslog.LOG_ERR,
+                    f"shutdown: job {f58(job.id)} has not ended: its holds "
+                    "become active now, as the shutdown ends its processes",
+                )
+                self.gate.reach_point(job.id)
+
+    def _cancel(self, jobid):
+        self.port.log(
+            syslog.LOG_ERR,
+            f"shutdown: job {f58(jobid)} with holds is still running: "
+            "cancelling it, as the shutdown's cleanup step does",
+        )
+        try:
+            self.port.cancel(jobid, "epilog-gate: cancelled at shutdown-timeout")
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"shutdown: cancelling {f58(jobid)}: {exc}")
+        return self._state(jobid)
 
     def _finish(self, waiting):
         for hold in waiting:
@@ -218,7 +257,8 @@ class Shutdown:
                 self.port.log(
                     syslog.LOG_ERR,
                     f"shutdown: hold {hold.description} of job {f58(hold.id)} "
-                    "is pending: it is finished once the job ends",
+                    "is pending on a running job: it is finished once the job "
+                    "ends",
                 )
         self._sweep()
 

@@ -15,7 +15,9 @@
 - the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
   and records it in ``commits``;
 - ``restartable()`` answers :attr:`FakePort.restart`; ``abort_cleanup()``
-  counts its calls in :attr:`FakePort.aborted`;
+  counts its calls in :attr:`FakePort.aborted`; ``cancel()`` records a
+  ``("cancel", {"note": ...})`` and puts a running job in CLEANUP (fails
+  with ``fail(CANCEL)``);
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit) fail with OSError, to check what the gate does when
   the job-manager refuses.
@@ -25,7 +27,7 @@ import errno
 import os
 from collections import defaultdict
 
-from flux_epilog_gate.gate import SCHED
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
 from flux_epilog_gate.holdlog import HoldLog
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
@@ -33,6 +35,9 @@ EXCEPTION = "exception"
 
 #: ``fail()`` key that makes ``kvs_commit`` report an error.
 KVS = "kvs"
+
+#: ``fail()`` key that makes ``cancel`` fail.
+CANCEL = "cancel"
 
 
 class FakeJob:
@@ -230,3 +235,9 @@ class FakePort:
 
     def abort_cleanup(self):
         self.aborted += 1
+
+    def cancel(self, jobid, note):
+        self._maybe_fail(CANCEL)
+        self.events[jobid].append((CANCEL, {"note": note}))
+        if self.jobs[jobid].state == RUN:
+            self.jobs[jobid].state = CLEANUP

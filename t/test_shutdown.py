@@ -307,20 +307,32 @@ def test_batch_script_exit_finishes_holds_of_the_sub_instance(
 # After the bound
 
 
-def test_after_the_bound_holds_are_refused_and_new_activations_finished(
+def _stuck_job(handle, gate):
+    """A running job with a pending hold that ignores the SIGTERM of its
+    cancel: its processes run on until the exec system kills them
+    (kill-timeout, 5 s), well after a bound of 1 s."""
+    spec = JobspecV1.from_command(["sh", "-c", "trap '' TERM; sleep 60"])
+    stuck = flux.job.submit(handle, spec)
+    wait_event(handle, stuck, "start")
+    gate.hold(stuck, "umount")
+    return stuck
+
+
+def _wait_log(inst, text):
+    deadline = time.time() + SLACK
+    while not [line for line in inst.flux("dmesg").stdout.splitlines() if text in line]:
+        assert time.time() < deadline, inst.flux("dmesg").stdout
+        time.sleep(0.1)
+
+
+def test_after_the_bound_holds_are_refused_and_running_jobs_holds_finished(
     new_instance,
 ):
     conf = {"shutdown-timeout": 1.0, "shutdown-action": "finish"}
     inst = new_instance(job_cleanup=True, plugin_conf=conf)
     handle = inst.handle()
     gate = EpilogGate(handle)
-    # A job that ignores the SIGTERM of its cancel: its processes run on
-    # until the exec system kills them (kill-timeout, 5 s), well after the
-    # bound, and only then does its hold become active.
-    spec = JobspecV1.from_command(["sh", "-c", "trap '' TERM; sleep 60"])
-    stuck = flux.job.submit(handle, spec)
-    wait_event(handle, stuck, "start")
-    gate.hold(stuck, "umount")
+    stuck = _stuck_job(handle, gate)
     queued = submit(handle, urgency=0)
 
     shutdown = subprocess.Popen(
@@ -330,16 +342,9 @@ def test_after_the_bound_holds_are_refused_and_new_activations_finished(
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.time() + SLACK
-        while not [
-            line
-            for line in inst.flux("dmesg").stdout.splitlines()
-            if "shutdown-timeout (1s) expired" in line
-        ]:
-            assert time.time() < deadline, inst.flux("dmesg").stdout
-            time.sleep(0.1)
-        # Its processes still run: its hold is not active yet.
-        assert [h["state"] for h in gate.list(stuck)] == ["pending"]
+        _wait_log(inst, "shutdown-timeout (1s) expired")
+        # The job's processes still run, and keep the shutdown waiting.
+        assert named(eventlog(handle, stuck), "finish") == []
         with pytest.raises(OSError) as info:
             gate.hold(queued, "late")
         assert info.value.errno == errno.ESHUTDOWN
@@ -353,10 +358,35 @@ def test_after_the_bound_holds_are_refused_and_new_activations_finished(
     handle = inst.handle()
     assert EpilogGate(handle).list() == []
     events = eventlog(handle, stuck)
+    # Made active at the bound, as the shutdown ends the job's processes,
+    # and finished.
     _finished_by_shutdown(events, "umount")
     (start,) = named(events, "epilog-start", "umount")
     (finish,) = named(events, "finish")
-    assert start.timestamp >= finish.timestamp
+    assert start.timestamp < finish.timestamp, (
+        "\n".join(f"{e.timestamp} {e.name} {e.context}" for e in events)
+        + inst.flux("dmesg").stdout[-3000:]
+    )
+
+
+def test_keep_holds_of_a_job_whose_processes_outlive_the_bound(new_instance):
+    conf = {"shutdown-timeout": 1.0, "shutdown-action": "keep"}
+    inst = new_instance(job_cleanup=True, plugin_conf=conf)
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    stuck = _stuck_job(handle, gate)
+    inst.flux("shutdown", "--quiet", timeout=SLACK, check=False)
+    inst.proc.wait(timeout=SLACK)
+
+    # Restarted, flux-core would let the job go inactive at once had the
+    # hold stayed pending; it is active and holds the job.
+    inst.start()
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    assert [(h["id"], h["state"]) for h in gate.list()] == [(stuck, "active")]
+    assert named(eventlog(handle, stuck), "clean") == []
+    assert gate.release(stuck, "umount")["released"] is True
+    wait_inactive(handle, stuck)
 
 
 # Configuration

@@ -6,6 +6,7 @@ import errno
 import syslog
 
 import pytest
+from fakeport import CANCEL
 
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
@@ -53,6 +54,13 @@ def end_running_job(port, gate):
     gate.on_cleanup(RUNNING_JOB)
     port.happen(RUNNING_JOB, "finish")
     gate.on_event(RUNNING_JOB, "finish", CLEANUP)
+
+
+def still_running(port, gate, jobid=RUNNING_JOB):
+    """The shutdown cancelled the running job, but its processes have not
+    ended yet (no finish): its hold is still pending."""
+    port.set_state(jobid, CLEANUP)
+    gate.on_cleanup(jobid)
 
 
 def lines(port, text, level=None):
@@ -118,7 +126,7 @@ def test_keep_aborts_the_cleanup_once_and_finishes_nothing(port):
     assert port.posted_by_gate(ACTIVE_JOB, "epilog-finish") == []
     assert {h["description"]: h["state"] for h in gate.list()} == {
         "bb": ACTIVE,
-        "umount": PENDING,
+        "umount": ACTIVE,
         "license": PENDING,
     }
     assert len(lines(port, "kept hold bb", syslog.LOG_ERR)) == 1
@@ -127,15 +135,55 @@ def test_keep_aborts_the_cleanup_once_and_finishes_nothing(port):
     assert port.aborted == 1
 
 
+@pytest.mark.parametrize("action", ["keep", "finish"])
+def test_at_the_bound_holds_of_a_job_whose_processes_run_become_active(port, action):
+    # flux-core lets such a job go inactive as the instance restarts,
+    # before a plugin could start an epilog: pending, the hold would be lost.
+    gate, shutdown = make(port, action)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    still_running(port, gate)
+    assert [h.state for h in gate.jobs[RUNNING_JOB].holds.values()] == [PENDING]
+    port.advance(TIMEOUT + 0.1)
+    assert port.posted_by_gate(RUNNING_JOB, "epilog-start")[0]["description"] == (
+        "umount"
+    )
+    assert lines(port, f"job {f58(RUNNING_JOB)} has not ended", syslog.LOG_ERR)
+    if action == "keep":
+        assert [h["state"] for h in gate.list(RUNNING_JOB)] == [ACTIVE]
+        assert lines(port, "kept hold umount of job") == [
+            f"shutdown: kept hold umount of job {f58(RUNNING_JOB)} (active) "
+            "for the restart"
+        ]
+    else:
+        assert port.outstanding(RUNNING_JOB) == []
+        assert "hold umount" in port.notes(RUNNING_JOB)[0]
+
+
+@pytest.mark.parametrize("action", ["keep", "finish"])
+def test_at_the_bound_a_held_job_still_running_is_cancelled(port, action):
+    # The cleanup step cancels it too, but had not yet: in RUN its hold
+    # could not become active, and would be lost as for a job in CLEANUP.
+    gate, shutdown = make(port, action)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    port.advance(TIMEOUT + 0.1)
+    assert port.names(RUNNING_JOB)[:2] == [CANCEL, "epilog-start"]
+    assert lines(port, f"job {f58(RUNNING_JOB)} with holds is still running")
+    assert port.jobs[QUEUED_JOB].state == SCHED and port.events[QUEUED_JOB] == []
+
+
 def test_keep_writes_the_pending_holds_to_the_hold_log_first(port):
     gate, shutdown = make(port, "keep")
-    port.add_job(RUNNING_JOB, RUN, happened={"alloc", "start"})
+    port.add_job(ACTIVE_JOB, CLEANUP)
+    gate.hold(ACTIVE_JOB, "bb")
+    port.add_job(QUEUED_JOB, SCHED)
     shutdown.on_broker_state(BROKER_CLEANUP)
-    gate.hold(RUNNING_JOB, "umount")
+    gate.hold(QUEUED_JOB, "license")
     assert KEY not in port.kvs
     shutdown.expire()
     entries, _ = parse(port.kvs[KEY])
-    assert [e[2]["description"] for e in entries[RUNNING_JOB]] == ["umount"]
+    assert [e[2]["description"] for e in entries[QUEUED_JOB]] == ["license"]
     assert port.aborted == 1
 
 
@@ -162,7 +210,7 @@ def test_finish_finishes_active_holds_with_the_status_and_an_exception(port):
     (note,) = port.notes(ACTIVE_JOB)
     assert "hold bb" in note and "shutdown-timeout (5s)" in note
     assert str(SHUTDOWN_STATUS) in note
-    assert gate.stats["timedout"] == 1 and gate.stats["failed"] == 1
+    assert gate.stats["timedout"] == 2 and gate.stats["failed"] == 2
     assert gate.release(ACTIVE_JOB, "bb") == (False, "finished by shutdown")
 
 
@@ -170,7 +218,9 @@ def test_finish_finishes_a_hold_that_becomes_active_after_the_bound(port):
     gate, shutdown = make(port, "finish")
     jobs(port, gate)
     shutdown.on_broker_state(BROKER_CLEANUP)
+    port.fail(CANCEL)
     port.advance(TIMEOUT + 0.1)
+    assert lines(port, f"cancelling {f58(RUNNING_JOB)}", syslog.LOG_ERR)
     assert lines(port, "hold umount of job") and port.outstanding(RUNNING_JOB) == []
     end_running_job(port, gate)
     assert port.outstanding(RUNNING_JOB) == ["umount"]

@@ -143,6 +143,12 @@ class Jobtap:
         ):
             raise _oserror()
 
+    def cancel(self, jobid, note):
+        """Raise a fatal job exception of type ``cancel``, as ``flux
+        cancel`` does."""
+        if lib.gate_raise(self.p, jobid, b"cancel", 0, note.encode()) < 0:
+            raise _oserror()
+
     def track(self, jobid, events=True):
         """Send the job's callbacks to Python; with ``events`` also its
         job.event.* callbacks."""
