@@ -363,10 +363,7 @@ def test_after_the_bound_holds_are_refused_and_running_jobs_holds_finished(
     _finished_by_shutdown(events, "umount")
     (start,) = named(events, "epilog-start", "umount")
     (finish,) = named(events, "finish")
-    assert start.timestamp < finish.timestamp, (
-        "\n".join(f"{e.timestamp} {e.name} {e.context}" for e in events)
-        + inst.flux("dmesg").stdout[-3000:]
-    )
+    assert start.timestamp < finish.timestamp, [(e.timestamp, e.name) for e in events]
 
 
 def test_keep_holds_of_a_job_whose_processes_outlive_the_bound(new_instance):
