@@ -11,7 +11,9 @@ gate therefore, from the moment the broker enters CLEANUP:
   each hold the shutdown waits on, once: at once the holds of jobs in RUN
   or CLEANUP, later each hold as it becomes active;
 - ``shutdown-timeout`` seconds later ends the wait on every hold still
-  outstanding, as ``shutdown-action`` says:
+  outstanding, first taking each held job that has not ended as at its
+  epilog point (see :meth:`Shutdown._end_processes`), then as
+  ``shutdown-action`` says:
 
   ``keep``
       the holds stay as they are, recorded (an active hold by its
@@ -20,9 +22,9 @@ gate therefore, from the moment the broker enters CLEANUP:
       does.  The instance stops with the jobs still in CLEANUP; restarted
       from its state directory, it has them back, holds and all.
   ``finish``
-      each active hold is finished with ``epilog-finish`` status
-      :data:`SHUTDOWN_STATUS` and a job exception naming it; a hold that
-      becomes active after that (a running job that ends) is finished the
+      each active hold is finished with ``epilog-finish`` status 143
+      (:data:`~flux_epilog_gate.holds.SHUTDOWN_STATUS`) and a job exception
+      naming it; a hold that becomes active after that is finished the
       same way at once.  The jobs then go on to ``clean``.
   ``auto`` (default)
       ``keep`` in an instance that restarts from its state (a persistent
