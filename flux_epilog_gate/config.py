@@ -11,7 +11,16 @@ import re
 
 from .holds import EPILOG, POINTS, description_error
 
-KEYS = ("timeout", "max-holds", "gone-limit", "annotate", "rules", "debug-fault")
+KEYS = (
+    "timeout",
+    "max-holds",
+    "gone-limit",
+    "annotate",
+    "rules",
+    "shutdown-timeout",
+    "shutdown-action",
+    "debug-fault",
+)
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
@@ -20,6 +29,16 @@ FAULTS = ("request", "job", "query")
 
 #: The job-manager counts perilog actions in a uint8: stay well below it.
 MAX_HOLDS_LIMIT = 200
+
+#: How long shutdown waits on holds by default: inside flux-core's
+#: system unit's broker.cleanup-timeout (45 s, which aborts the cleanup
+#: of a shutdown begun by a signal) and so well inside its 90 s stop
+#: timeout, after which systemd kills the broker.
+SHUTDOWN_TIMEOUT = 30.0
+
+#: What becomes of the holds shutdown still waits on at shutdown-timeout
+#: (see :mod:`flux_epilog_gate.shutdown`).
+SHUTDOWN_ACTIONS = ("auto", "keep", "finish")
 
 
 class ConfigError(ValueError):
@@ -185,6 +204,14 @@ def _parse_bool(value, key):
     raise ConfigError(f"{key}: expected true or false")
 
 
+def _parse_choice(value, key, choices):
+    if value not in choices:
+        raise ConfigError(
+            f"{key}: {value!r} is not one of {', '.join(map(repr, choices))}"
+        )
+    return value
+
+
 class Config:
     """Effective gate configuration."""
 
@@ -196,6 +223,8 @@ class Config:
         annotate=False,
         rules=(),
         fault=None,
+        shutdown_timeout=SHUTDOWN_TIMEOUT,
+        shutdown_action="auto",
     ):
         self.timeout = timeout
         self.max_holds = max_holds
@@ -203,6 +232,8 @@ class Config:
         self.annotate = annotate
         self.rules = rules
         self.fault = fault
+        self.shutdown_timeout = shutdown_timeout
+        self.shutdown_action = shutdown_action
 
     @classmethod
     def from_sources(cls, options=None, table=None):
@@ -235,6 +266,14 @@ class Config:
             config.annotate = _parse_bool(merged["annotate"], "annotate")
         if "rules" in merged:
             config.rules = _parse_rules(merged["rules"])
+        if "shutdown-timeout" in merged:
+            config.shutdown_timeout = parse_duration(
+                merged["shutdown-timeout"], "shutdown-timeout"
+            )
+        if "shutdown-action" in merged:
+            config.shutdown_action = _parse_choice(
+                merged["shutdown-action"], "shutdown-action", SHUTDOWN_ACTIONS
+            )
         if "debug-fault" in merged:
             if merged["debug-fault"] not in FAULTS:
                 raise ConfigError(
@@ -251,6 +290,8 @@ class Config:
             "gone-limit": self.gone_limit,
             "annotate": self.annotate,
             "rules": [rule.to_dict() for rule in self.rules],
+            "shutdown-timeout": self.shutdown_timeout,
+            "shutdown-action": self.shutdown_action,
         }
         if self.fault:
             conf["debug-fault"] = self.fault

@@ -42,6 +42,9 @@ through a *port*, an object with these methods (the real one is
     aborted]}``) to a watcher; returns False if the watcher is gone
 ``log(level, text)``
     log a line (syslog levels)
+
+What the gate does at shutdown (:mod:`flux_epilog_gate.shutdown`) needs
+two more, documented there.
 """
 
 import errno
@@ -62,6 +65,7 @@ from .holds import (
     PROLOG,
     RECOVERY_DESCRIPTION,
     RELEASE_EVENT,
+    SHUTDOWN_REASON,
     TIMEOUT_STATUS,
     Hold,
 )
@@ -76,6 +80,10 @@ SCHED = 8
 RUN = 16
 CLEANUP = 32
 INACTIVE = 64
+
+#: Which counter a finished hold counts in, by the reason it finished:
+#: shutdown-timeout is a timeout too.
+_COUNTERS = {"timed out": "timedout", SHUTDOWN_REASON: "timedout"}
 
 #: Events that tell where a job is on its way to the epilog point.
 PROGRESS_EVENTS = frozenset(
@@ -178,6 +186,8 @@ class Gate:
         self.watchers = []
         self.record = HoldLog(port, self.holds)
         self.prolog = Prologs(self)
+        # What the instance's shutdown does (flux_epilog_gate.shutdown).
+        self.shutdown = None
         self.stats = dict.fromkeys(
             ("held", "activated", "released", "cancelled", "failed", "timedout"),
             0,
@@ -214,6 +224,8 @@ class Gate:
             if done is not None:
                 self.record.barrier(lambda error: done(existing, error))
             return existing, False
+        if self.shutdown is not None:
+            self.shutdown.check_hold(jobid, description)
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
@@ -535,6 +547,25 @@ class Gate:
         hold.state = ACTIVE
         hold.t_start = timestamp
 
+    def reach_point(self, jobid):
+        """Take the job as at its epilog point now, whatever it went
+        through (at shutdown, which ends its processes)."""
+        job = self.jobs.get(jobid)
+        if job is None or job.at_point or job.recovering:
+            return
+        try:
+            self._reach_point(job)
+        except GateError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
+
+    def end(self, hold, status, reason, note):
+        """Finish an active hold on the gate's own account (at shutdown),
+        with a job exception whose ``note`` names it."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        self._finish(job, hold, status, reason, note=note)
+
     # Timeouts
 
     def expire(self, hold):
@@ -616,7 +647,9 @@ class Gate:
     def _reach_point(self, job):
         job.at_point = True
         for hold in list(job.holds.values()):
-            if hold.state == PENDING:
+            # A pending prolog hold is the prolog side's (dropped when the
+            # job enters CLEANUP), never an epilog.
+            if hold.state == PENDING and hold.point != PROLOG:
                 self._activate(hold)
         self._annotate(job)
 
@@ -642,6 +675,8 @@ class Gate:
         self.stats["activated"] += 1
         self._arm_timer(hold)
         self._notify(hold)
+        if self.shutdown is not None:
+            self.shutdown.activated(hold)
 
     def _arm_timer(self, hold):
         if hold.timeout is None or hold.timer is not None:
@@ -675,7 +710,7 @@ class Gate:
         # epilog-finish is not yet checkpointed.
         self.record.release(hold, status)
 
-    def _finish(self, job, hold, status, reason, done=None):
+    def _finish(self, job, hold, status, reason, done=None, note=None):
         # Forget the hold before posting: epilog-finish may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
@@ -689,15 +724,15 @@ class Gate:
             self.record.cancel(hold, done)
             return
         timedout = reason == "timed out"
-        self.stats["timedout" if timedout else "released"] += 1
+        self.stats[_COUNTERS.get(reason, "released")] += 1
         # Before the finish, which may end the job.
         self._annotate(job)
         if hold.point == PROLOG:
-            self.prolog.finish(job, hold, status, reason)
+            self.prolog.finish(job, hold, status, reason, note)
         else:
             if status != 0:
                 self.stats["failed"] += 1
-                self._raise(job.id, hold, status, reason)
+                self._raise(job.id, hold, status, reason, note)
             self._post_finish(job.id, hold.description, status)
         # A timeout needs no record: after a crash it expires again.
         if not timedout:
@@ -714,8 +749,9 @@ class Gate:
             return f"{what} timed out after {active:.1f}s (timeout {hold.timeout:g}s)"
         return f"{what} {reason} with status {status}"
 
-    def _raise(self, jobid, hold, status, reason):
-        note = self.failure_note(hold, status, reason)
+    def _raise(self, jobid, hold, status, reason, note=None):
+        if note is None:
+            note = self.failure_note(hold, status, reason)
         try:
             self.port.raise_exception(jobid, note)
         except OSError as exc:

@@ -23,6 +23,12 @@ GONE = "gone"
 #: ``epilog-finish`` status posted when a hold's timeout expires.
 TIMEOUT_STATUS = 124
 
+#: ``epilog-finish`` status of a hold that the instance's shutdown finishes
+#: (see :mod:`flux_epilog_gate.shutdown`): 128 + SIGTERM, the status of a
+#: command terminated by the shutdown; and the reason ``release`` answers.
+SHUTDOWN_STATUS = 143
+SHUTDOWN_REASON = "finished by shutdown"
+
 #: Job exception type raised for a failed or timed-out hold (severity 1).
 EXCEPTION_TYPE = "epilog"
 EXCEPTION_SEVERITY = 1

@@ -119,13 +119,14 @@ class Prologs:
                 hold.aborted = True
                 self.gate._notify(hold)
 
-    def finish(self, job, hold, status, reason):
-        """End active prolog hold ``hold`` (already off the job)."""
+    def finish(self, job, hold, status, reason, note=None):
+        """End active prolog hold ``hold`` (already off the job); ``note``
+        replaces the exception's usual note."""
         if status != 0:
             self.gate.stats["failed"] += 1
             # Before prolog-finish: once the job's last prolog action is
             # finished, the start request goes out at once.
-            self._raise(job, hold, status, reason)
+            self._raise(job, hold, status, reason, note)
         job.start_held = bool(active_prologs(job))
         try:
             self.port.prolog_finish(job.id, hold.description, status)
@@ -201,6 +202,8 @@ class Prologs:
         self.gate.stats["activated"] += 1
         self.gate._arm_timer(hold)
         self.gate._notify(hold)
+        if self.gate.shutdown is not None:
+            self.gate.shutdown.activated(hold)
 
     def _not_held(self, job, hold, exc):
         # The start cannot be kept back for this hold: the job must not
@@ -232,8 +235,9 @@ class Prologs:
         if not job.holds and not job.recovering:
             self.gate._untrack(job)
 
-    def _raise(self, job, hold, status, reason):
-        note = self.gate.failure_note(hold, status, reason)
+    def _raise(self, job, hold, status, reason, note=None):
+        if note is None:
+            note = self.gate.failure_note(hold, status, reason)
         try:
             self.port.raise_fatal(job.id, note)
         except OSError as exc:

@@ -37,7 +37,9 @@ class Instance:
     broker, never verified against the machine.  ``config``: extra TOML
     for the instance config.  ``plugin``: path of a jobtap plugin to load
     from the config (so it is also loaded on restart), with ``plugin_conf``
-    its options.
+    its options.  ``job_cleanup``: let shutdown run flux-core's job
+    cleanup step (cancel running jobs, wait until no job is in RUN or
+    CLEANUP); by default it is disabled.
     """
 
     def __init__(
@@ -49,6 +51,7 @@ class Instance:
         plugin_conf=None,
         statedir=None,
         env=None,
+        job_cleanup=False,
     ):
         self.size = size
         self.cores = cores
@@ -60,7 +63,8 @@ class Instance:
         self.confdir = os.path.join(self.tmpdir, "conf")
         # Shutting down must not wait for (or cancel) held jobs: tests
         # stop instances with holds active and may start them again.
-        self.extra_env = {"FLUX_DISABLE_JOB_CLEANUP": "1", **(env or {})}
+        self.extra_env = {} if job_cleanup else {"FLUX_DISABLE_JOB_CLEANUP": "1"}
+        self.extra_env.update(env or {})
         self.proc = None
         self.uri = None
         os.makedirs(self.statedir, exist_ok=True)

@@ -15,6 +15,10 @@
 - the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
   and records it in ``commits`` (with :attr:`defer_commits` set, commits
   wait in ``pending_commits`` until :meth:`complete_commit`);
+- ``restartable()`` answers :attr:`FakePort.restart`; ``abort_cleanup()``
+  counts its calls in :attr:`FakePort.aborted`; ``cancel()`` records a
+  ``("cancel", {"note": ...})`` and puts a running job in CLEANUP (fails
+  with ``fail(CANCEL)``);
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit) fail with OSError, to check what the gate does when
   the job-manager refuses.
@@ -24,13 +28,17 @@ import errno
 import os
 from collections import defaultdict
 
-from flux_epilog_gate.gate import SCHED
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.holdlog import HoldLog
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
 EXCEPTION = "exception"
 
 #: ``fail()`` key that makes ``kvs_commit`` report an error.
 KVS = "kvs"
+
+#: ``fail()`` key that makes ``cancel`` fail.
+CANCEL = "cancel"
 
 
 class FakeJob:
@@ -86,6 +94,8 @@ class FakePort:
         self.defer_commits = False
         self.pending_commits = []
         self.run_wanted = set()
+        self.restart = True
+        self.aborted = 0
 
     # Driving the fake from a test
 
@@ -274,3 +284,15 @@ class FakePort:
 
     def log(self, level, text):
         self.logs.append((level, text))
+
+    def restartable(self):
+        return self.restart
+
+    def abort_cleanup(self):
+        self.aborted += 1
+
+    def cancel(self, jobid, note):
+        self._maybe_fail(CANCEL)
+        self.events[jobid].append((CANCEL, {"note": note}))
+        if self.jobs[jobid].state == RUN:
+            self.jobs[jobid].state = CLEANUP

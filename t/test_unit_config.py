@@ -90,6 +90,8 @@ def test_no_configuration_gives_the_defaults():
         "gone-limit": 10000,
         "annotate": False,
         "rules": [],
+        "shutdown-timeout": 30.0,
+        "shutdown-action": "auto",
     }
 
 
@@ -320,3 +322,34 @@ def test_rule_equals_is_equal_in_type_and_value(equals, matching, not_matching):
         assert rule.matches({"x": value}), value
     for value in not_matching:
         assert not rule.matches({"x": value}), value
+
+
+# Shutdown
+
+
+def test_shutdown_timeout_is_read_as_a_duration():
+    assert Config.from_sources({"shutdown-timeout": "2m"}).shutdown_timeout == 120.0
+
+
+def test_shutdown_timeout_default_fits_inside_the_system_units_timeouts():
+    # flux.service: broker.cleanup-timeout=45, TimeoutStopSec=90.
+    assert 0 < Config().shutdown_timeout < 45
+
+
+@pytest.mark.parametrize("value", ["0", -1, "soon", True])
+def test_bad_shutdown_timeout_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match="^shutdown-timeout: "):
+        Config.from_sources(None, {"shutdown-timeout": value})
+
+
+@pytest.mark.parametrize("action", ["auto", "keep", "finish"])
+def test_shutdown_action_accepts_each_action(action):
+    config = Config.from_sources({"shutdown-action": action})
+    assert config.to_dict()["shutdown-action"] == action
+
+
+@pytest.mark.parametrize("value", ["drop", "", 1, ["keep"]])
+def test_bad_shutdown_action_is_refused_naming_the_key_and_the_actions(value):
+    with pytest.raises(ConfigError, match="^shutdown-action: ") as info:
+        Config.from_sources(None, {"shutdown-action": value})
+    assert "'keep'" in str(info.value) and "'finish'" in str(info.value)

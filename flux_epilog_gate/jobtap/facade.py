@@ -7,7 +7,10 @@ and raise OSError on failure.  It is also the gate's *port* (see
 eventlog entries come from flux-core's own Python bindings.
 """
 
+import errno
 import json
+import os
+import signal
 import syslog
 import time
 import traceback
@@ -53,6 +56,7 @@ class Jobtap:
         self._names = {}
         self._lookups = set()
         self._commits = set()
+        self._streams = set()
 
     # Logging and error containment
 
@@ -87,6 +91,7 @@ class Jobtap:
         """
         self.p = None
         self._lookups.clear()
+        self._streams.clear()
         # Commits already sent are carried out by the KVS all the same.
         self._commits.clear()
         self.flux.handle = None
@@ -166,6 +171,12 @@ class Jobtap:
     def want_run(self, jobid):
         """Also send the tracked job's job.state.run to Python."""
         if lib.gate_want_run(self.p, jobid) < 0:
+            raise _oserror()
+
+    def cancel(self, jobid, note):
+        """Raise a fatal job exception of type ``cancel``, as ``flux
+        cancel`` does."""
+        if lib.gate_raise(self.p, jobid, b"cancel", 0, note.encode()) < 0:
             raise _oserror()
 
     def track(self, jobid, events=True):
@@ -252,6 +263,57 @@ class Jobtap:
             callback(None if error else _parse_eventlog(text), error)
 
         self.read_kvs(f"{JobID(jobid).kvs}.eventlog", done)
+
+    # The broker
+
+    def watch_broker(self, final, callback):
+        """Call ``callback(state)`` with the broker's state (a
+        broker_state_t), now and at each change up to ``final``."""
+        future = self.flux.rpc(
+            "state-machine.monitor",
+            {"final": final},
+            flags=flux.constants.FLUX_RPC_STREAMING,
+        )
+        self._streams.add(future)
+
+        def done(future):
+            try:
+                state = future.get()["state"]
+            except OSError as exc:
+                self._streams.discard(future)
+                if exc.errno != errno.ENODATA:
+                    self.log(syslog.LOG_ERR, f"watching the broker's state: {exc}")
+                return
+            future.reset()
+            callback(state)
+
+        future.then(self.contained("broker state", done))
+
+    def restartable(self):
+        """True if this instance starts again from its state after a
+        shutdown: its state directory is kept (``statedir-cleanup`` is 0)
+        and it is not a job of another instance (no ``jobid``)."""
+        try:
+            self.flux.attr_get("jobid")
+            return False
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+        try:
+            return self.flux.attr_get("statedir-cleanup") == "0"
+        except OSError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            return False
+
+    def abort_cleanup(self):
+        """Make the broker abort its cleanup step, as a signal does.
+
+        The job-manager runs as a thread of the broker, whose threads all
+        block SIGTERM: the signal is taken by the broker's own signal
+        watcher, which in CLEANUP aborts the running cleanup commands.
+        """
+        os.kill(os.getpid(), signal.SIGTERM)
 
     # Services
     #

@@ -21,6 +21,7 @@ from ..config import Config, ConfigError
 from ..errors import GateError
 from ..gate import CLEANUP, INACTIVE, NEW, RUN, Gate
 from ..holds import EPILOG
+from ..shutdown import BROKER_SHUTDOWN, Shutdown
 from ._entry import ffi, lib
 from .facade import (
     Jobtap,
@@ -66,12 +67,15 @@ class Host:
             self.jobtap.read_kvs(holdlog.KEY, self._log_read)
         else:
             self.log = {}
+        self.shutdown = Shutdown(self.gate, self.jobtap)
         self._register()
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
         # fires only once that is done.
         self.jobtap.forward(new=True, depend=bool(self.gate.config.rules))
         self._load_timer = self.jobtap.timer(0.0, self._loaded)
+        # Last: nothing may fail once the broker's state streams to us.
+        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
 
     def _register(self):
         for index, method in enumerate(METHODS):
@@ -282,6 +286,7 @@ class Host:
         for watcher in self.gate.watchers:
             self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
         self.gate.watchers = []
+        self.shutdown.stop()
         self.gate.suspend()
         self.jobtap.close()
 

@@ -1,0 +1,310 @@
+"""Shutdown: the gate never holds an instance's shutdown without end.
+
+When a Flux instance shuts down (``flux shutdown``, the end of the
+initial program of ``flux start CMD`` or of a batch script, a signal),
+its broker enters the CLEANUP state and runs flux-core's cleanup step,
+which ends with ``flux queue idle``: it answers only once no job is in
+RUN or CLEANUP, so a job the gate holds holds the whole shutdown.  The
+gate therefore, from the moment the broker enters CLEANUP:
+
+- names in the log (``flux dmesg``, and the output of ``flux shutdown``)
+  each hold the shutdown waits on, once: at once the holds of jobs in RUN
+  or CLEANUP, later each hold as it becomes active;
+- ``shutdown-timeout`` seconds later ends the wait on every hold still
+  outstanding, first taking each held job that has not ended as at its
+  epilog point (see :meth:`Shutdown._end_processes`), then as
+  ``shutdown-action`` says:
+
+  ``keep``
+      the holds stay as they are, recorded (an active hold by its
+      ``epilog-start``, a pending one in the hold log), and the gate makes
+      the broker abort its cleanup step the way a signal to the broker
+      does.  The instance stops with the jobs still in CLEANUP; restarted
+      from its state directory, it has them back, holds and all.
+  ``finish``
+      each active hold is finished with ``epilog-finish`` status 143
+      (:data:`~flux_epilog_gate.holds.SHUTDOWN_STATUS`) and a job exception
+      naming it; a hold that becomes active after that is finished the
+      same way at once.  The jobs then go on to ``clean``.
+  ``auto`` (default)
+      ``keep`` in an instance that restarts from its state (a persistent
+      state directory, ``statedir-cleanup`` 0) and is not a job of another
+      instance; ``finish`` in the others (a ``flux batch`` or ``flux
+      alloc`` sub-instance, an instance without a persistent statedir),
+      which never start again from their state;
+
+- from that moment on refuses new holds (``ESHUTDOWN``): nothing would
+  wait for them.  Until then holds are accepted; they are waited on, and
+  named, with the others, within the same bound.
+
+Pending holds of jobs that are neither running nor in CLEANUP do not hold
+the shutdown: they stay in the hold log, whatever the action.
+
+Plain Python: it drives the job-manager through the gate's port (see
+:mod:`flux_epilog_gate.gate`), with these methods in addition:
+
+``restartable()``
+    True if the instance restarts from its state after a shutdown
+``abort_cleanup()``
+    make the broker abort its cleanup step (as a signal would)
+``cancel(id, note)``
+    raise a fatal job exception of type ``cancel``, as ``flux cancel`` does
+"""
+
+import errno
+import syslog
+
+from .errors import GateError
+from .gate import CLEANUP, RUN
+from .holds import ACTIVE, SHUTDOWN_REASON, SHUTDOWN_STATUS
+from .jobid import f58
+
+#: States of the broker's state machine (flux-core
+#: src/broker/state_machine.h, broker_state_t), not job states.
+BROKER_RUN = 5
+BROKER_CLEANUP = 6
+BROKER_SHUTDOWN = 7
+
+
+class Shutdown:
+    """What the gate does while its instance shuts down."""
+
+    def __init__(self, gate, port):
+        self.gate = gate
+        self.port = port
+        self.broker_state = None
+        self.began = None
+        self.expired = False
+        self.action = None
+        self.named = set()
+        self._timer = None
+        self._sweeper = None
+        previous, gate.shutdown = gate.shutdown, self
+        if previous is not None:
+            # Loaded again during a shutdown: the bound does not move.
+            self.began, self.expired = previous.began, previous.expired
+            self.action, self.named = previous.action, previous.named
+
+    # The broker's state
+
+    def on_broker_state(self, state):
+        """The broker entered ``state`` (a broker_state_t)."""
+        self.broker_state = state
+        if state == BROKER_CLEANUP:
+            self.begin()
+        elif state > BROKER_CLEANUP:
+            self.stop()
+
+    def begin(self):
+        """The broker entered CLEANUP: start the clock, name the holds."""
+        now = self.port.now()
+        if self.began is None:
+            self.began = now
+            self.action = self._resolve_action()
+        if self.expired:
+            return
+        timeout = self.gate.config.shutdown_timeout
+        delay = max(0.0, self.began + timeout - now)
+        self._timer = self.port.timer(delay, self.expire)
+        waiting = self.waiting()
+        if waiting:
+            self.port.log(
+                syslog.LOG_WARNING,
+                f"shutdown waits on {_holds(len(waiting))} for up to {delay:g}s, "
+                f"then shutdown-action={self.action}",
+            )
+        for hold in waiting:
+            self._name(hold)
+
+    def stop(self):
+        """Nothing to wait for any more (the broker is past CLEANUP, or the
+        plugin goes away): stop the clock."""
+        for timer in (self._timer, self._sweeper):
+            if timer is not None:
+                timer.stop()
+        self._timer = self._sweeper = None
+
+    def _resolve_action(self):
+        action = self.gate.config.shutdown_action
+        try:
+            restartable = self.port.restartable()
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"shutdown: instance attributes: {exc}")
+            restartable = False
+        if action == "auto":
+            return "keep" if restartable else "finish"
+        if action == "keep" and not restartable:
+            self.port.log(
+                syslog.LOG_WARNING,
+                "shutdown-action=keep in an instance that does not restart "
+                "from its state: holds it keeps end with the instance",
+            )
+        return action
+
+    # What shutdown waits on
+
+    def waiting(self):
+        """The holds that keep the shutdown waiting: those of jobs in RUN
+        or CLEANUP."""
+        holds = []
+        for job in self.gate.jobs.values():
+            if job.holds and self._state(job.id) in (RUN, CLEANUP):
+                holds.extend(job.holds.values())
+        return holds
+
+    def _state(self, jobid):
+        try:
+            return self.port.job_info(jobid)[0]
+        except OSError:
+            return None
+
+    def _name(self, hold):
+        key = (hold.id, hold.description)
+        if key in self.named:
+            return
+        self.named.add(key)
+        if hold.state == ACTIVE:
+            since = max(0.0, self.port.now() - hold.t_start)
+            state = f"active for {since:.1f}s"
+        else:
+            state = "pending: the job has not ended"
+        self.port.log(
+            syslog.LOG_WARNING,
+            f"shutdown waits on hold {hold.description} of job {f58(hold.id)} "
+            f"({state})",
+        )
+
+    # Hooks of the gate
+
+    def check_hold(self, jobid, description):
+        """Raise GateError if a new hold must be refused."""
+        if self.expired:
+            raise GateError(
+                errno.ESHUTDOWN,
+                f"hold {description} on job {f58(jobid)} refused: the instance "
+                "is shutting down (shutdown-timeout expired)",
+            )
+
+    def activated(self, hold):
+        """A hold became active (inside a job-manager callback)."""
+        if self.began is None or self.broker_state != BROKER_CLEANUP:
+            return
+        if not self.expired:
+            self._name(hold)
+        elif self.action == "finish" and self._sweeper is None:
+            # Finished from a timer, once the callback has posted the
+            # epilog-start of every hold of the job.
+            self._sweeper = self.port.timer(0.0, self._sweep)
+
+    # The bound
+
+    def expire(self):
+        """shutdown-timeout expired with the broker still in CLEANUP."""
+        self._timer = None
+        self.expired = True
+        waiting = self.waiting()
+        if not waiting or self.broker_state != BROKER_CLEANUP:
+            return
+        timeout = self.gate.config.shutdown_timeout
+        self.port.log(
+            syslog.LOG_ERR,
+            f"shutdown-timeout ({timeout:g}s) expired: shutdown-action="
+            f"{self.action} for {_holds(len(waiting))}",
+        )
+        self._end_processes()
+        if self.action == "finish":
+            self._finish(waiting)
+        else:
+            self._keep(waiting)
+
+    def _end_processes(self):
+        """Held jobs whose processes still run reach their epilog point now.
+
+        The shutdown ends those processes, and flux-core lets such a job
+        go inactive as the instance restarts (``free``, ``clean``) before
+        any plugin could start an epilog action for it: a hold still
+        pending would be lost.  A job still in RUN (the cleanup step
+        cancels every running job, but had not got to it yet) is cancelled
+        first, as that step does: epilog actions count only in CLEANUP.
+        """
+        for job in list(self.gate.jobs.values()):
+            if all(hold.state == ACTIVE for hold in job.holds.values()):
+                continue
+            state = self._state(job.id)
+            if state == RUN:
+                state = self._cancel(job.id)
+            if state == CLEANUP:
+                self.port.log(
+                    syslog.LOG_ERR,
+                    f"shutdown: job {f58(job.id)} has not ended: its holds "
+                    "become active now, as the shutdown ends its processes",
+                )
+                self.gate.reach_point(job.id)
+
+    def _cancel(self, jobid):
+        self.port.log(
+            syslog.LOG_ERR,
+            f"shutdown: job {f58(jobid)} with holds is still running: "
+            "cancelling it, as the shutdown's cleanup step does",
+        )
+        try:
+            self.port.cancel(jobid, "epilog-gate: cancelled at shutdown-timeout")
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"shutdown: cancelling {f58(jobid)}: {exc}")
+        return self._state(jobid)
+
+    def _finish(self, waiting):
+        for hold in waiting:
+            if hold.state != ACTIVE:
+                self.port.log(
+                    syslog.LOG_ERR,
+                    f"shutdown: hold {hold.description} of job {f58(hold.id)} "
+                    "is pending on a running job: it is finished once the job "
+                    "ends",
+                )
+        self._sweep()
+
+    def _sweep(self):
+        """Finish every active hold."""
+        self._sweeper = None
+        timeout = self.gate.config.shutdown_timeout
+        for hold in [
+            hold
+            for job in self.gate.jobs.values()
+            for hold in job.holds.values()
+            if hold.state == ACTIVE
+        ]:
+            self.port.log(
+                syslog.LOG_ERR,
+                f"shutdown: finished hold {hold.description} of job "
+                f"{f58(hold.id)} with status {SHUTDOWN_STATUS}",
+            )
+            self.gate.end(
+                hold,
+                SHUTDOWN_STATUS,
+                SHUTDOWN_REASON,
+                f"epilog-gate: hold {hold.description} was still active when "
+                f"shutdown-timeout ({timeout:g}s) expired: finished by shutdown "
+                f"with status {SHUTDOWN_STATUS}",
+            )
+
+    def _keep(self, waiting):
+        for hold in waiting:
+            self.port.log(
+                syslog.LOG_ERR,
+                f"shutdown: kept hold {hold.description} of job {f58(hold.id)} "
+                f"({hold.state}) for the restart",
+            )
+        # What is still queued for the hold log goes out before the broker
+        # moves on to unload the job-manager.
+        self.gate.record.flush()
+        self.port.log(
+            syslog.LOG_ERR,
+            "shutdown: sending SIGTERM to the broker to abort its cleanup "
+            "step; the held jobs stay in CLEANUP",
+        )
+        self.port.abort_cleanup()
+
+
+def _holds(count):
+    return f"{count} hold" + ("" if count == 1 else "s")
