@@ -295,9 +295,9 @@ class Shutdown:
                 f"shutdown: kept hold {hold.description} of job {f58(hold.id)} "
                 f"({hold.state}) for the restart",
             )
-        # What is still queued for the hold log goes out before the broker
-        # moves on to unload the job-manager.
-        self.gate.record.flush()
+        # Nothing to flush: every record went to the hold log when it was
+        # made (a batch queued behind a commit in flight is sent when that
+        # one answers, or by the unload that follows).
         self.port.log(
             syslog.LOG_ERR,
             "shutdown: sending SIGTERM to the broker to abort its cleanup "

@@ -29,7 +29,6 @@ import os
 from collections import defaultdict
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-from flux_epilog_gate.holdlog import HoldLog
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
 EXCEPTION = "exception"
