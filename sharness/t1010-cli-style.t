@@ -68,8 +68,8 @@ test_expect_success 'list prints durations, the user name and a header' '
 	flux-epilog-gate list $jobid >list.out &&
 	test_debug "cat list.out" &&
 	head -1 list.out |
-		grep "^JOBID *DESCRIPTION *STATE *USER *AGE *ACTIVE *TIMEOUT$" &&
-	grep "^$(flux job id --to=f58 $jobid) *bb *pending *$(id -un) .* 10m$" \
+		grep "^JOBID *DESCRIPTION *STATE *POINT *USER *AGE *ACTIVE *TIMEOUT$" &&
+	grep "^$(flux job id --to=f58 $jobid) *bb *pending *epilog *$(id -un) .* 10m$" \
 		list.out &&
 	grep " stage-out *pending .* 1.5h$" list.out
 '
@@ -99,7 +99,7 @@ test_expect_success 'list -o takes a format with job ids in any form' '
 test_expect_success 'list -o long adds the user id and the hold times' '
 	flux-epilog-gate list -o long $jobid >long.out &&
 	head -1 long.out | grep "USER *UID *T_HOLD *T_START" &&
-	grep " bb *pending *$(id -un) *$(id -u) " long.out
+	grep " bb *pending *epilog *$(id -un) *$(id -u) " long.out
 '
 test_expect_success 'list -o help names the formats; an unknown one is a usage error' '
 	flux-epilog-gate list -o help >help.out &&
