@@ -197,8 +197,9 @@ class Gate:
         job.holds[description] = hold
         self.gone.discard(jobid, description)
         self.stats["held"] += 1
-        if hold.state == PENDING:
-            self.record.add(hold)
+        # Active or not, the hold log names the job: at a load, only the
+        # jobs it names are recovered.
+        self.record.add(hold)
         return hold, True
 
     def apply_rules(self, jobid, attributes):

@@ -17,10 +17,12 @@ Entries (RFC 18 eventlog lines):
     a pending hold was released before the job reached its epilog point
 
 The log is appended to at most every :data:`FLUSH_DELAY` seconds, with the
-holds registered meanwhile that are still pending then: a hold that became
-active or was cancelled in between is recorded by the job's eventlog, or
-not needed.  The job-manager writes its own events in batches the same
-way, so a hold is as durable as the job's events.  Every
+holds registered meanwhile that are not gone by then, active ones too: the
+log names every job that has holds, and at a load only the jobs it names
+are recovered (a hold already gone is not needed: a cancelled one left
+nothing, a finished one is ended in the job's eventlog).  The job-manager
+writes its own events in batches the same way, so a hold is as durable as
+the job's events.  Every
 :data:`MAX_APPENDS` appends, the log is replaced by a snapshot of the
 current holds, so that it stays short.
 
@@ -31,7 +33,7 @@ This module is plain Python; it reaches the KVS through the gate's port
 import json
 import syslog
 
-from .holds import CANCEL_EVENT, HOLD_EVENT, PENDING
+from .holds import CANCEL_EVENT, GONE, HOLD_EVENT
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -127,7 +129,7 @@ class HoldLog:
         for item in self.queue:
             if isinstance(item, str):
                 lines.append(item)
-            elif item.state == PENDING and not item.logged:
+            elif item.state != GONE and not item.logged:
                 lines.append(hold_entry(item))
                 item.logged = True
         self.queue = []

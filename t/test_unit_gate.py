@@ -8,7 +8,7 @@ import pytest
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, Gate
-from flux_epilog_gate.holdlog import FLUSH_DELAY, KEY, parse
+from flux_epilog_gate.holdlog import FLUSH_DELAY, KEY, MARKER, parse
 from flux_epilog_gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
@@ -69,6 +69,11 @@ def epilog_starts(port, jobid=JOB):
 def ev(timestamp, name, **context):
     """An eventlog entry as end_recovery() takes it."""
     return (timestamp, name, context)
+
+
+def marked(timestamp, name, **context):
+    """An epilog event the gate posted: marked as its own."""
+    return ev(timestamp, name, **context, **{MARKER: True})
 
 
 # Registration
@@ -325,10 +330,10 @@ def test_hold_registered_past_the_point_activates_at_once(port, gate):
     assert port.names(JOB) == ["epilog-start"]
 
 
-def test_hold_active_before_the_flush_is_recorded_by_its_epilog_start_only(port, gate):
+def test_hold_active_before_the_flush_is_recorded_in_the_log_too(port, gate):
     at_point(port, gate, "bb", timeout=30.0)
     port.advance(FLUSH_DELAY)
-    assert logged(port) == {}
+    assert list(logged(port)) == [JOB]
     assert port.posted_by_gate(JOB, "epilog-start") == [
         {"description": "bb", "timeout": 30.0}
     ]
@@ -838,7 +843,7 @@ def test_recovery_rebuilds_an_active_hold_with_its_t_start(port, gate):
         ev(100.0, "submit"),
         ev(101.0, HOLD_EVENT, description="bb"),
         ev(102.0, "exception", type="cancel", severity=0),
-        ev(103.0, "epilog-start", description="bb"),
+        marked(103.0, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     (entry,) = gate.list()
@@ -850,9 +855,9 @@ def test_recovery_rebuilds_an_active_hold_with_its_t_start(port, gate):
 BB_FINISHED_UMOUNT_ACTIVE = [
     ev(101.0, HOLD_EVENT, description="bb"),
     ev(102.0, HOLD_EVENT, description="umount"),
-    ev(103.0, "epilog-start", description="bb"),
-    ev(103.0, "epilog-start", description="umount"),
-    ev(104.0, "epilog-finish", description="bb", status=0),
+    marked(103.0, "epilog-start", description="bb"),
+    marked(103.0, "epilog-start", description="umount"),
+    marked(104.0, "epilog-finish", description="bb", status=0),
 ]
 
 
@@ -879,7 +884,7 @@ def test_late_release_of_hold_finished_before_restart_answers_false(port, gate):
 def test_recovered_active_hold_is_releasable(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
-        ev(103.0, "epilog-start", description="bb"),
+        marked(103.0, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     assert gate.release(JOB, "bb") == (True, None)
@@ -892,7 +897,7 @@ def test_recovery_rearms_timer_with_the_remaining_time(port, gate):
     t_start = port.clock - 30.0
     events = [
         ev(t_start - 10, HOLD_EVENT, description="bb", timeout=100.0),
-        ev(t_start, "epilog-start", description="bb"),
+        marked(t_start, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     (timer,) = port.armed_timers()
@@ -903,7 +908,7 @@ def test_recovered_hold_past_its_timeout_expires_at_once(port, gate):
     t_start = port.clock - 500.0
     events = [
         ev(t_start - 10, HOLD_EVENT, description="bb", timeout=100.0),
-        ev(t_start, "epilog-start", description="bb"),
+        marked(t_start, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     (timer,) = port.armed_timers()
@@ -1043,8 +1048,8 @@ def test_placeholder_is_finished_when_recovery_finds_no_holds(port, gate):
 def test_placeholder_left_open_by_a_previous_run_is_finished(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
-        ev(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
-        ev(103.0, "epilog-start", description="bb"),
+        marked(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
+        marked(103.0, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     assert port.posted_by_gate(JOB, "epilog-finish") == [
@@ -1055,9 +1060,9 @@ def test_placeholder_left_open_by_a_previous_run_is_finished(port, gate):
 def test_placeholder_closed_by_a_previous_run_is_not_finished_again(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
-        ev(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
-        ev(103.0, "epilog-start", description="bb"),
-        ev(103.0, "epilog-finish", description=RECOVERY_DESCRIPTION, status=0),
+        marked(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
+        marked(103.0, "epilog-start", description="bb"),
+        marked(103.0, "epilog-finish", description=RECOVERY_DESCRIPTION, status=0),
     ]
     recover(port, gate, CLEANUP, events)
     assert port.posted_by_gate(JOB, "epilog-finish") == []

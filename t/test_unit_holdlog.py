@@ -66,9 +66,23 @@ def test_holds_of_one_flush_delay_are_written_in_one_append(port, gate):
     assert sorted(parse(text)[0]) == list(range(1, 51))
 
 
-def test_nothing_is_written_when_every_hold_was_active_before_the_flush(port, gate):
+def test_hold_active_before_the_flush_is_written_too(port, gate):
+    # The log must name every job with holds: a load recovers only those.
+    port.add_job(JOB, CLEANUP, USER)
+    hold, _ = gate.hold(JOB, "bb", 30.0)
+    assert hold.state == ACTIVE
+    port.advance(FLUSH_DELAY)
+    assert parse(port.kvs[KEY])[0] == {
+        JOB: [(hold.t_hold, HOLD_EVENT, {"description": "bb", "timeout": 30.0})]
+    }
+
+
+def test_hold_gone_before_the_flush_is_not_written(port, gate):
     port.add_job(JOB, CLEANUP, USER)
     gate.hold(JOB, "bb")
+    gate.release(JOB, "bb")
+    hold_pending(port, gate, JOB + 1)
+    gate.release(JOB + 1, "bb")
     port.advance(FLUSH_DELAY)
     assert port.commits == [] and gate.record.commits == 0
 

@@ -190,6 +190,17 @@ class Jobtap:
 
         future.then(self.contained("kvs commit", done))
 
+    def lookup_kvs(self, key):
+        """Look up KVS ``key`` and wait for its value (text); raise
+        OSError.  For the load only, as the job-manager reads its own
+        state at start."""
+        future = Future(
+            raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key.encode())
+        )
+        value = flux_ffi.new("char *[1]")
+        raw.flux_kvs_lookup_get(future.pimpl.handle, value)
+        return flux_ffi.string(value[0]).decode()
+
     def read_kvs(self, key, callback):
         """Look up KVS ``key`` without blocking; later call
         ``callback(text, error)``: the value, or None and an OSError."""
