@@ -62,6 +62,9 @@ RUN = 16
 CLEANUP = 32
 INACTIVE = 64
 
+#: The epilog events the gate posts, marked as its own (holdlog.MARKER).
+EPILOG_EVENTS = frozenset(("epilog-start", "epilog-finish"))
+
 #: Events that tell where a job is on its way to the epilog point.
 PROGRESS_EVENTS = frozenset(
     ("alloc", "start", "finish", "free", "prolog-start", "prolog-finish")
@@ -388,18 +391,21 @@ class Gate:
                 self._replayed_hold(job, timestamp, context).logged = True
             elif name == CANCEL_EVENT:
                 job.holds.pop(description, None)
-            elif name == "epilog-start" and description == RECOVERY_DESCRIPTION:
-                job.placeholder = True
-            elif name == "epilog-start" and (
-                description in job.holds or context.get(MARKER)
-            ):
-                self._replay_start(job, timestamp, context)
-            elif name == "epilog-finish" and description == RECOVERY_DESCRIPTION:
-                job.placeholder = False
-            elif name == "epilog-finish" and description in job.holds:
-                del job.holds[description]
-                self.gone.add(job.id, description, "released")
+            elif name in EPILOG_EVENTS and context.get(MARKER):
+                # Only the gate's own: another plugin's epilog may have the
+                # same description (perilog.so's job-manager.epilog).
+                self._replay_epilog(job, timestamp, name, context)
         return seen
+
+    def _replay_epilog(self, job, timestamp, name, context):
+        description = context["description"]
+        if description == RECOVERY_DESCRIPTION:
+            job.placeholder = name == "epilog-start"
+        elif name == "epilog-start":
+            self._replay_start(job, timestamp, context)
+        elif description in job.holds:
+            del job.holds[description]
+            self.gone.add(job.id, description, "released")
 
     @staticmethod
     def _replayed_hold(job, timestamp, context):

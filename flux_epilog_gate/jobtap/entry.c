@@ -597,6 +597,26 @@ static int gate_epilog_start (flux_plugin_t *p,
                                         "timeout", timeout);
 }
 
+/* Post epilog-finish, marked as the gate's like its epilog-start, so that
+ * a replay never takes another plugin's epilog-finish with the same
+ * description for the end of a hold.  The job-manager counts it exactly
+ * as flux_jobtap_epilog_finish() would: both end in event_job_post_pack()
+ * with no flags, and event.c counts an epilog-* event by its name alone,
+ * whatever else its context holds.  The one difference, EINVAL outside
+ * CLEANUP, cannot arise: the gate finishes only its active holds, and
+ * their epilog-start keeps the job in CLEANUP.
+ */
+static int gate_epilog_finish (flux_plugin_t *p,
+                               flux_jobid_t id,
+                               const char *description,
+                               int status)
+{
+    return flux_jobtap_event_post_pack (p, id, "epilog-finish", "{s:s s:i s:b}",
+                                        "description", description,
+                                        "status", status,
+                                        GATE_MARKER, 1);
+}
+
 /* Responses of the hot path, packed here rather than encoded in Python. */
 static int gate_respond_hold (flux_plugin_t *p,
                               const flux_msg_t *msg,

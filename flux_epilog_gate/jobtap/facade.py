@@ -123,10 +123,8 @@ class Jobtap:
             raise _oserror()
 
     def epilog_finish(self, jobid, description, status):
-        if (
-            lib.flux_jobtap_epilog_finish(self.p, jobid, description.encode(), status)
-            < 0
-        ):
+        """Post ``epilog-finish``, marked as the gate's (packed in C)."""
+        if lib.gate_epilog_finish(self.p, jobid, description.encode(), status) < 0:
             raise _oserror()
 
     def raise_exception(self, jobid, note):
