@@ -68,6 +68,8 @@ class Host:
         # Entries of the hold log by job, or None if it could not be read.
         self.log = {}
         if self.jobtap.load_options().get("debug-fault") == "init":
+            # The failed instance must not keep a reference on the handle.
+            self.jobtap.close()
             raise RuntimeError("debug-fault=init: injected failure")
 
     @property
