@@ -66,6 +66,13 @@ def assert_holds_intact(inst, pend, act):
     assert not dmesg(inst, "callback returned error")
 
 
+def assert_failed_where_asked(inst, options):
+    """A debug-fault load failed at the fault, not for another reason."""
+    for option in options:
+        if option.startswith("debug-fault="):
+            assert dmesg(inst, f"{option}: injected failure"), option
+
+
 def loaded_once(inst):
     listed = inst.flux("jobtap", "list").stdout.split()
     return [name for name in listed if "epilog-gate" in name] == ["epilog-gate.so"]
@@ -79,6 +86,7 @@ def test_failed_load_leaves_loaded_gate_and_holds_alone(kind, new_instance, plug
     assert result.returncode != 0
     if kind == "duplicate":
         assert "already loaded" in result.stderr
+    assert_failed_where_asked(inst, FAILED_LOADS[kind])
     assert loaded_once(inst)
     assert_holds_intact(inst, pend, act)
 
@@ -96,6 +104,7 @@ def fail_load(inst, plugin, kind):
         inst.flux("config", "reload")
     else:
         result = inst.flux("jobtap", "load", plugin, *FAILED_LOADS[kind], check=False)
+        assert_failed_where_asked(inst, FAILED_LOADS[kind])
     assert result.returncode != 0
     assert "epilog-gate" not in inst.flux("jobtap", "list").stdout
 
