@@ -24,8 +24,11 @@ KEYS = (
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
-#: an exception inside the job-manager is contained (tests only).
-FAULTS = ("request", "job", "query")
+#: an exception inside the job-manager is contained (tests only).  With
+#: ``init`` (Python's start-up of the instance) and ``plugin-init`` (the end
+#: of ``flux_plugin_init``, in C) the load itself fails: both are read from
+#: the load options.
+FAULTS = ("request", "job", "query", "init", "plugin-init")
 
 #: The job-manager counts perilog actions in a uint8: stay well below it.
 MAX_HOLDS_LIMIT = 200

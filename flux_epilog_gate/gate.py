@@ -85,6 +85,9 @@ INACTIVE = 64
 #: shutdown-timeout is a timeout too.
 _COUNTERS = {"timed out": "timedout", SHUTDOWN_REASON: "timedout"}
 
+#: The epilog events the gate posts, marked as its own (holdlog.MARKER).
+EPILOG_EVENTS = frozenset(("epilog-start", "epilog-finish"))
+
 #: Events that tell where a job is on its way to the epilog point.
 PROGRESS_EVENTS = frozenset(
     ("alloc", "start", "finish", "free", "prolog-start", "prolog-finish")
@@ -489,7 +492,11 @@ class Gate:
         released = {}
         for timestamp, name, context in events:
             description = context.get("description")
-            if name == "prolog-finish" and description in released:
+            if (
+                name == "prolog-finish"
+                and context.get(MARKER)
+                and description in released
+            ):
                 # The finish of a released prolog hold.
                 del released[description]
             elif name in ("prolog-start", "prolog-finish"):
@@ -506,21 +513,24 @@ class Gate:
                 # A hold never started needs no epilog-finish.
                 if hold.state == ACTIVE:
                     released[description] = (hold, context.get("status", 0))
-            elif name == "epilog-finish" and description in released:
-                # The finish of the released hold (the oldest start).
-                del released[description]
-            elif name == "epilog-start" and description == RECOVERY_DESCRIPTION:
-                job.placeholder = True
-            elif name == "epilog-start" and (
-                description in job.holds or context.get(MARKER)
-            ):
-                self._replay_start(job, timestamp, context)
-            elif name == "epilog-finish" and description == RECOVERY_DESCRIPTION:
-                job.placeholder = False
-            elif name == "epilog-finish" and description in job.holds:
-                del job.holds[description]
-                self.gone.add(job.id, description, "released")
+            elif name in EPILOG_EVENTS and context.get(MARKER):
+                # Only the gate's own: another plugin's epilog may have the
+                # same description (perilog.so's job-manager.epilog).
+                self._replay_epilog(job, timestamp, name, context, released)
         return seen, list(released.values())
+
+    def _replay_epilog(self, job, timestamp, name, context, released):
+        description = context["description"]
+        if description == RECOVERY_DESCRIPTION:
+            job.placeholder = name == "epilog-start"
+        elif name == "epilog-start":
+            self._replay_start(job, timestamp, context)
+        elif description in released:
+            # The finish of a released hold (the oldest start).
+            del released[description]
+        elif description in job.holds:
+            del job.holds[description]
+            self.gone.add(job.id, description, "released")
 
     @staticmethod
     def _replayed_hold(job, timestamp, context, point=None):

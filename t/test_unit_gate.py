@@ -72,6 +72,11 @@ def ev(timestamp, name, **context):
     return (timestamp, name, context)
 
 
+def marked(timestamp, name, **context):
+    """An epilog event the gate posted: marked as its own."""
+    return ev(timestamp, name, **context, **{MARKER: True})
+
+
 # Registration
 
 
@@ -853,7 +858,7 @@ def test_recovery_rebuilds_an_active_hold_with_its_t_start(port, gate):
         ev(100.0, "submit"),
         ev(101.0, HOLD_EVENT, description="bb"),
         ev(102.0, "exception", type="cancel", severity=0),
-        ev(103.0, "epilog-start", description="bb"),
+        marked(103.0, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     (entry,) = gate.list()
@@ -865,9 +870,9 @@ def test_recovery_rebuilds_an_active_hold_with_its_t_start(port, gate):
 BB_FINISHED_UMOUNT_ACTIVE = [
     ev(101.0, HOLD_EVENT, description="bb"),
     ev(102.0, HOLD_EVENT, description="umount"),
-    ev(103.0, "epilog-start", description="bb"),
-    ev(103.0, "epilog-start", description="umount"),
-    ev(104.0, "epilog-finish", description="bb", status=0),
+    marked(103.0, "epilog-start", description="bb"),
+    marked(103.0, "epilog-start", description="umount"),
+    marked(104.0, "epilog-finish", description="bb", status=0),
 ]
 
 
@@ -894,7 +899,7 @@ def test_late_release_of_hold_finished_before_restart_answers_false(port, gate):
 def test_recovered_active_hold_is_releasable(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
-        ev(103.0, "epilog-start", description="bb"),
+        marked(103.0, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     assert gate.release(JOB, "bb") == (True, None)
@@ -907,7 +912,7 @@ def test_recovery_rearms_timer_with_the_remaining_time(port, gate):
     t_start = port.clock - 30.0
     events = [
         ev(t_start - 10, HOLD_EVENT, description="bb", timeout=100.0),
-        ev(t_start, "epilog-start", description="bb"),
+        marked(t_start, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     (timer,) = port.armed_timers()
@@ -918,7 +923,7 @@ def test_recovered_hold_past_its_timeout_expires_at_once(port, gate):
     t_start = port.clock - 500.0
     events = [
         ev(t_start - 10, HOLD_EVENT, description="bb", timeout=100.0),
-        ev(t_start, "epilog-start", description="bb"),
+        marked(t_start, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     (timer,) = port.armed_timers()
@@ -1058,8 +1063,8 @@ def test_placeholder_is_finished_when_recovery_finds_no_holds(port, gate):
 def test_placeholder_left_open_by_a_previous_run_is_finished(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
-        ev(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
-        ev(103.0, "epilog-start", description="bb"),
+        marked(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
+        marked(103.0, "epilog-start", description="bb"),
     ]
     recover(port, gate, CLEANUP, events)
     assert port.posted_by_gate(JOB, "epilog-finish") == [
@@ -1070,9 +1075,9 @@ def test_placeholder_left_open_by_a_previous_run_is_finished(port, gate):
 def test_placeholder_closed_by_a_previous_run_is_not_finished_again(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
-        ev(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
-        ev(103.0, "epilog-start", description="bb"),
-        ev(103.0, "epilog-finish", description=RECOVERY_DESCRIPTION, status=0),
+        marked(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
+        marked(103.0, "epilog-start", description="bb"),
+        marked(103.0, "epilog-finish", description=RECOVERY_DESCRIPTION, status=0),
     ]
     recover(port, gate, CLEANUP, events)
     assert port.posted_by_gate(JOB, "epilog-finish") == []

@@ -292,6 +292,30 @@ def test_unmarked_epilog_start_of_another_plugin_is_not_a_hold(port):
     assert JOB not in gate.jobs
 
 
+def test_unmarked_epilog_finish_of_another_plugin_does_not_end_a_hold(port):
+    port.add_job(JOB, CLEANUP, USER)
+    gate = Gate(port)
+    gate.begin_recovery(JOB, USER)
+    events = [
+        (40.0, HOLD_EVENT, {"description": "job-manager.epilog"}),
+        (50.0, "epilog-start", {"description": "job-manager.epilog"}),
+        (50.0, "epilog-start", {"description": "job-manager.epilog", MARKER: True}),
+        (60.0, "epilog-finish", {"description": "job-manager.epilog", "status": 0}),
+    ]
+    gate.end_recovery(JOB, events)
+    (hold,) = gate.jobs[JOB].holds.values()
+    assert (hold.state, hold.t_start) == (ACTIVE, 50.0)
+
+
+def test_unmarked_epilog_start_is_not_the_recovery_placeholder(port):
+    port.add_job(JOB, CLEANUP, USER)
+    gate = Gate(port)
+    gate.begin_recovery(JOB, USER)
+    events = [(50.0, "epilog-start", {"description": "epilog-gate:recovery"})]
+    gate.end_recovery(JOB, events)
+    assert port.posted_by_gate(JOB, "epilog-finish") == []
+
+
 def test_hold_released_after_activation_is_not_recovered(port):
     port.add_job(JOB, CLEANUP, USER)
     gate = Gate(port)
@@ -299,7 +323,7 @@ def test_hold_released_after_activation_is_not_recovered(port):
     events = [
         (40.0, HOLD_EVENT, {"description": "bb"}),
         (50.0, "epilog-start", {"description": "bb", MARKER: True}),
-        (60.0, "epilog-finish", {"description": "bb", "status": 0}),
+        (60.0, "epilog-finish", {"description": "bb", "status": 0, MARKER: True}),
     ]
     gate.end_recovery(JOB, events)
     assert JOB not in gate.jobs

@@ -13,6 +13,7 @@ import pytest
 from jobs import eventlog, names, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
+from flux_epilog_gate.holdlog import MARKER
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -122,7 +123,9 @@ def test_example_service_tears_down_and_releases(instance, handle, tmp_path):
     service.wait(timeout=20)
     events = eventlog(handle, jobid)
     finish = [e for e in events if e.name == "epilog-finish"]
-    assert [e.context for e in finish] == [{"description": "bb", "status": 0}]
+    assert [e.context for e in finish] == [
+        {"description": "bb", "status": 0, MARKER: True}
+    ]
     assert names(events).index("epilog-finish") < names(events).index("clean")
     assert list(tmp_path.iterdir()) == []
 

@@ -65,6 +65,8 @@ int gate_track (flux_plugin_t *p, flux_jobid_t id, int events);
 void gate_untrack (flux_plugin_t *p, flux_jobid_t id);
 int gate_epilog_start (flux_plugin_t *p, flux_jobid_t id,
                        const char *description, double timeout);
+int gate_epilog_finish (flux_plugin_t *p, flux_jobid_t id,
+                        const char *description, int status);
 int gate_respond_hold (flux_plugin_t *p, const flux_msg_t *msg,
                        flux_jobid_t id, const char *description,
                        const char *state);
@@ -96,8 +98,6 @@ int flux_jobtap_service_register_ex (flux_plugin_t *p, const char *method,
                                      void *arg);
 int flux_jobtap_job_event_posted (flux_plugin_t *p, flux_jobid_t id,
                                   const char *name);
-int flux_jobtap_epilog_finish (flux_plugin_t *p, flux_jobid_t id,
-                               const char *description, int status);
 const char *flux_plugin_get_conf (flux_plugin_t *p);
 int flux_plugin_arg_get (flux_plugin_arg_t *args, int flags, char **json_str);
 int flux_plugin_arg_set (flux_plugin_arg_t *args, int flags,

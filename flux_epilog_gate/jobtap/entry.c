@@ -41,6 +41,9 @@ static void gate_py_release (const flux_msg_t *msg, flux_jobid_t id,
 #define GATE_NAME "epilog-gate"
 #define GATE_AUX "epilog-gate::held"
 #define GATE_RUN_AUX "epilog-gate::prolog" /* also forward job.state.run */
+
+/* The value of GATE_RUN_AUX: only its presence matters, never written. */
+static char gate_run_mark;
 #define GATE_JOB_TOPICS "job.[se][tv][ae][tn][et].*" /* job.state.*, job.event.* */
 #define GATE_JM_AUX "epilog-gate::job-manager"
 #define GATE_MARKER "epilog_gate" /* holdlog.MARKER */
@@ -71,14 +74,31 @@ enum gate_plugin_topic {
  */
 #define GATE_FORWARD_NEW 1
 #define GATE_FORWARD_DEPEND 2
-static int gate_forward = 0;
-static char gate_marker;
 
-/* Jobs carrying our marker, and whether the handler of job topics is
- * registered: only while it is needed (see gate_sync_handlers).
+/* The state of one plugin instance, hung on its flux_plugin_t.  The
+ * statics of this library are shared by every flux_plugin_t the
+ * job-manager makes of it, and a load that fails or is refused creates
+ * one too (flux_plugin_init runs before the job-manager checks the name
+ * and the config): that instance must leave the loaded one's state alone.
  */
-static int gate_marked = 0;
-static int gate_job_handler = 0;
+struct gate_ctx {
+    flux_plugin_t *p;
+    int forward;        /* GATE_FORWARD_* */
+    int marked;         /* jobs carrying our marker */
+    int job_handler;    /* the handler of job topics is registered */
+    int python;         /* Python knows this instance (tell it at the end) */
+};
+
+#define GATE_CTX "epilog-gate::ctx"
+
+static struct gate_ctx *gate_ctx_get (flux_plugin_t *p)
+{
+    struct gate_ctx *ctx = flux_plugin_aux_get (p, GATE_CTX);
+
+    if (!ctx)
+        errno = EINVAL;
+    return ctx;
+}
 
 /* Promote libpython to RTLD_GLOBAL.  The job-manager opened us (and so
  * libpython) RTLD_LOCAL, which hides Py* symbols from extension modules
@@ -209,9 +229,9 @@ done:
 }
 
 /* Which of our topics 'topic' is, or -1 if it is one we pass on without
- * looking (see gate_handlers below for why this is done here).
+ * looking (see GATE_PLUGIN_TOPICS below for why this is done here).
  */
-static int gate_job_topic (const char *topic)
+static int gate_job_topic (const struct gate_ctx *ctx, const char *topic)
 {
     if (!strncmp (topic, "job.state.", 10)) {
         const char *state = topic + 10;
@@ -219,7 +239,7 @@ static int gate_job_topic (const char *topic)
             return GATE_JOB_CLEANUP;
         if (!strcmp (state, "inactive"))
             return GATE_JOB_INACTIVE;
-        if (!strcmp (state, "depend") && (gate_forward & GATE_FORWARD_DEPEND))
+        if (!strcmp (state, "depend") && (ctx->forward & GATE_FORWARD_DEPEND))
             return GATE_JOB_DEPEND;
         if (!strcmp (state, "run"))
             return GATE_JOB_RUN;
@@ -230,7 +250,7 @@ static int gate_job_topic (const char *topic)
      */
     if (!strcmp (topic, "job.event.finish") || !strcmp (topic, "job.event.free"))
         return GATE_JOB_EVENT;
-    if (!strcmp (topic, "job.new") && (gate_forward & GATE_FORWARD_NEW))
+    if (!strcmp (topic, "job.new") && (ctx->forward & GATE_FORWARD_NEW))
         return GATE_JOB_NEW;
     return -1;
 }
@@ -245,19 +265,20 @@ static int gate_job_cb (flux_plugin_t *p,
                         flux_plugin_arg_t *args,
                         void *data);
 
-static int gate_sync_handlers (flux_plugin_t *p)
+static int gate_sync_handlers (struct gate_ctx *ctx)
 {
-    int want = gate_marked > 0 || (gate_forward & GATE_FORWARD_DEPEND);
+    int want = ctx->marked > 0 || (ctx->forward & GATE_FORWARD_DEPEND);
 
-    if (want == gate_job_handler)
+    if (want == ctx->job_handler)
         return 0;
     if (want) {
-        if (flux_plugin_add_handler (p, GATE_JOB_TOPICS, gate_job_cb, NULL) < 0)
+        if (flux_plugin_add_handler (ctx->p, GATE_JOB_TOPICS, gate_job_cb,
+                                     ctx) < 0)
             return -1;
     }
-    else if (flux_plugin_remove_handler (p, GATE_JOB_TOPICS) < 0)
+    else if (flux_plugin_remove_handler (ctx->p, GATE_JOB_TOPICS) < 0)
         return -1;
-    gate_job_handler = want;
+    ctx->job_handler = want;
     return 0;
 }
 
@@ -270,15 +291,16 @@ static int gate_job_cb (flux_plugin_t *p,
                         flux_plugin_arg_t *args,
                         void *data)
 {
-    int what = gate_job_topic (topic);
+    struct gate_ctx *ctx = data;
+    int what = gate_job_topic (ctx, topic);
     flux_jobid_t id;
     int state = 0;
     json_int_t userid = 0;
     int rc;
 
     /* The last marked job went away (see gate_unmarked). */
-    if (gate_marked == 0 && gate_job_handler)
-        (void)gate_sync_handlers (p);
+    if (ctx->marked == 0 && ctx->job_handler)
+        (void)gate_sync_handlers (ctx);
     if (what < 0)
         return 0;
     if (what != GATE_JOB_NEW
@@ -307,7 +329,7 @@ static int gate_job_cb (flux_plugin_t *p,
     if (what == GATE_JOB_INACTIVE) {
         (void)flux_jobtap_job_aux_set (p, FLUX_JOBTAP_CURRENT_JOB, GATE_AUX,
                                        NULL, NULL);
-        (void)gate_sync_handlers (p);
+        (void)gate_sync_handlers (ctx);
     }
     return rc;
 }
@@ -407,11 +429,6 @@ error:
         flux_log_error (h, "%s: responding", GATE_NAME);
 }
 
-static void gate_unload (void *arg)
-{
-    gate_py_unload ((flux_plugin_t *)arg);
-}
-
 /* The job-manager matches every jobtap call of every job against every
  * handler pattern of every plugin with fnmatch(), which in a UTF-8 locale
  * converts both strings to wide characters each time: the handlers a
@@ -422,15 +439,43 @@ static void gate_unload (void *arg)
  * job.update.*, job.validate and the like: a handler for those would take
  * part in deciding them.
  */
-static const struct flux_plugin_handler gate_handlers[] = {
-    { "[cp][ol][nu][fg][.i]*", gate_plugin_cb, NULL },
-    { 0 },
-};
+#define GATE_PLUGIN_TOPICS "[cp][ol][nu][fg][.i]*"
 
+/* debug-fault=WHERE in the load options: fail there (tests only). */
+static int gate_fault (flux_plugin_t *p, const char *where)
+{
+    const char *fault = NULL;
+
+    if (flux_plugin_conf_unpack (p, "{s:s}", "debug-fault", &fault) < 0
+        || strcmp (fault, where) != 0)
+        return 0;
+    flux_log (flux_jobtap_get_flux (p), LOG_ERR,
+              "%s: debug-fault=%s: injected failure", GATE_NAME, where);
+    return 1;
+}
+
+/* The instance is destroyed: the load failed or was refused, or the
+ * plugin is being removed.  Python decides which.
+ */
+static void gate_ctx_destroy (void *arg)
+{
+    struct gate_ctx *ctx = arg;
+
+    if (ctx->python)
+        gate_py_unload (ctx->p);
+    free (ctx);
+}
+
+/* Nothing here may touch what the loaded instance uses: this load may
+ * still be refused (a duplicate) or fail (its config).  Python takes over
+ * from a loaded or removed instance only on the first conf.update, the
+ * last step of a load that can fail.
+ */
 int flux_plugin_init (flux_plugin_t *p)
 {
     static int python_started = 0;
     flux_t *h = flux_jobtap_get_flux (p);
+    struct gate_ctx *ctx;
     char site[PATH_MAX];
     char prog[PATH_MAX];
 
@@ -439,9 +484,13 @@ int flux_plugin_init (flux_plugin_t *p)
      */
     if (flux_plugin_set_name (p, GATE_NAME) < 0)
         return -1;
-    gate_forward = 0;
-    gate_marked = 0;
-    gate_job_handler = 0;
+    if (!(ctx = calloc (1, sizeof (*ctx))))
+        return -1;
+    ctx->p = p;
+    if (flux_plugin_aux_set (p, GATE_CTX, ctx, gate_ctx_destroy) < 0) {
+        free (ctx);
+        return -1;
+    }
     if (!python_started) {
         if (gate_locate (site, sizeof (site), prog, sizeof (prog)) < 0) {
             flux_log (h, LOG_ERR, "%s: cannot locate own library", GATE_NAME);
@@ -458,12 +507,11 @@ int flux_plugin_init (flux_plugin_t *p)
         flux_log (h, LOG_ERR, "%s: initialization failed", GATE_NAME);
         return -1;
     }
-    /* Tell Python when this plugin instance goes away (remove, unload). */
-    if (flux_plugin_aux_set (p, NULL, p, gate_unload) < 0) {
-        gate_py_unload (p);
+    /* From now on Python is told when this instance goes away. */
+    ctx->python = 1;
+    if (gate_fault (p, "plugin-init"))
         return -1;
-    }
-    return flux_plugin_register (p, GATE_NAME, gate_handlers);
+    return flux_plugin_add_handler (p, GATE_PLUGIN_TOPICS, gate_plugin_cb, ctx);
 }
 
 /* Helpers called from Python: fixed signatures around variadic calls. */
@@ -477,31 +525,40 @@ static int gate_seen_jobmanager (flux_plugin_t *p)
 
     if (flux_aux_get (h, GATE_JM_AUX))
         return 1;
-    (void)flux_aux_set (h, GATE_JM_AUX, &gate_marker, NULL);
+    (void)flux_aux_set (h, GATE_JM_AUX, (void *)GATE_JM_AUX, NULL);
     return 0;
 }
 
 static int gate_set_forward (flux_plugin_t *p, int flags)
 {
-    gate_forward = flags;
+    struct gate_ctx *ctx = gate_ctx_get (p);
+
+    if (!ctx)
+        return -1;
+    ctx->forward = flags;
     /* job.new is only wanted while the plugin loads: keep its handler
      * (and the fnmatch it costs every jobtap call) for that time only.
      */
     if (flux_plugin_remove_handler (p, "job.new") < 0)
         return -1;
     if ((flags & GATE_FORWARD_NEW)
-        && flux_plugin_add_handler (p, "job.new", gate_job_cb, NULL) < 0)
+        && flux_plugin_add_handler (p, "job.new", gate_job_cb, ctx) < 0)
         return -1;
-    return gate_sync_handlers (p);
+    return gate_sync_handlers (ctx);
 }
 
-/* Destructor of a job's marker: also called when the job is destroyed or
- * the plugin removed, so it must not touch the plugin.
+/* Destructor of a job's marker (its value is the instance's context):
+ * also called when the job is destroyed or the plugin removed, so it must
+ * not touch the plugin.  The job-manager destroys the markers of an
+ * instance before the instance itself (jobtap_remove) and its jobs before
+ * its plugins (job-manager.c), so the context is still there.
  */
 static void gate_unmarked (void *arg)
 {
-    if (gate_marked > 0)
-        gate_marked--;
+    struct gate_ctx *ctx = arg;
+
+    if (ctx->marked > 0)
+        ctx->marked--;
 }
 
 /* Send the job's callbacks to Python (with 'events', also its
@@ -510,11 +567,13 @@ static void gate_unmarked (void *arg)
 static int gate_track (flux_plugin_t *p, flux_jobid_t id, int events)
 {
     if (!flux_jobtap_job_aux_get (p, id, GATE_AUX)) {
-        if (flux_jobtap_job_aux_set (p, id, GATE_AUX, &gate_marker,
-                                     gate_unmarked) < 0)
+        struct gate_ctx *ctx = gate_ctx_get (p);
+        if (!ctx
+            || flux_jobtap_job_aux_set (p, id, GATE_AUX, ctx,
+                                        gate_unmarked) < 0)
             return -1;
-        gate_marked++;
-        if (gate_sync_handlers (p) < 0)
+        ctx->marked++;
+        if (gate_sync_handlers (ctx) < 0)
             return -1;
     }
     if (events && flux_jobtap_job_subscribe (p, id) < 0)
@@ -524,9 +583,12 @@ static int gate_track (flux_plugin_t *p, flux_jobid_t id, int events)
 
 static void gate_untrack (flux_plugin_t *p, flux_jobid_t id)
 {
+    struct gate_ctx *ctx = gate_ctx_get (p);
+
     flux_jobtap_job_unsubscribe (p, id);
     (void)flux_jobtap_job_aux_set (p, id, GATE_AUX, NULL, NULL);
-    (void)gate_sync_handlers (p);
+    if (ctx)
+        (void)gate_sync_handlers (ctx);
 }
 
 /* Post epilog-start, marked as the gate's and with the hold's timeout
@@ -580,10 +642,30 @@ static int gate_prolog_finish (flux_plugin_t *p,
                                         GATE_MARKER, 1);
 }
 
+/* Post epilog-finish, marked as the gate's like its epilog-start, so that
+ * a replay never takes another plugin's epilog-finish with the same
+ * description for the end of a hold.  The job-manager counts it exactly
+ * as flux_jobtap_epilog_finish() would: both end in event_job_post_pack()
+ * with no flags, and event.c counts an epilog-* event by its name alone,
+ * whatever else its context holds.  The one difference, EINVAL outside
+ * CLEANUP, cannot arise: the gate finishes only its active holds, and
+ * their epilog-start keeps the job in CLEANUP.
+ */
+static int gate_epilog_finish (flux_plugin_t *p,
+                               flux_jobid_t id,
+                               const char *description,
+                               int status)
+{
+    return flux_jobtap_event_post_pack (p, id, "epilog-finish", "{s:s s:i s:b}",
+                                        "description", description,
+                                        "status", status,
+                                        GATE_MARKER, 1);
+}
+
 /* Forward the (tracked) job's job.state.run to Python too. */
 static int gate_want_run (flux_plugin_t *p, flux_jobid_t id)
 {
-    return flux_jobtap_job_aux_set (p, id, GATE_RUN_AUX, &gate_marker, NULL);
+    return flux_jobtap_job_aux_set (p, id, GATE_RUN_AUX, &gate_run_mark, NULL);
 }
 
 /* Responses of the hot path, packed here rather than encoded in Python. */

@@ -131,10 +131,8 @@ class Jobtap:
             raise _oserror()
 
     def epilog_finish(self, jobid, description, status):
-        if (
-            lib.flux_jobtap_epilog_finish(self.p, jobid, description.encode(), status)
-            < 0
-        ):
+        """Post ``epilog-finish``, marked as the gate's (packed in C)."""
+        if lib.gate_epilog_finish(self.p, jobid, description.encode(), status) < 0:
             raise _oserror()
 
     def annotate(self, jobid, text):
@@ -233,6 +231,17 @@ class Jobtap:
             callback(None)
 
         future.then(self.contained("kvs commit", done))
+
+    def lookup_kvs(self, key):
+        """Look up KVS ``key`` and wait for its value (text); raise
+        OSError.  For the load only, as the job-manager reads its own
+        state at start."""
+        future = Future(
+            raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key.encode())
+        )
+        value = flux_ffi.new("char *[1]")
+        raw.flux_kvs_lookup_get(future.pimpl.handle, value)
+        return flux_ffi.string(value[0]).decode()
 
     def read_kvs(self, key, callback):
         """Look up KVS ``key`` without blocking; later call

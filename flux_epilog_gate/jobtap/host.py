@@ -7,9 +7,14 @@ the job-manager.
 One interpreter outlives ``flux jobtap remove``: the gate of a removed
 plugin is kept and taken over by the next load into the same
 job-manager, so holds survive a reload without reading anything back.  A
-new job-manager (module reload, instance restart) rebuilds the holds from
-the hold log (:mod:`flux_epilog_gate.holdlog`) and the eventlogs of the
-jobs that may have holds instead.
+new job-manager (module reload, instance restart, or a first load) reads
+the hold log (:mod:`flux_epilog_gate.holdlog`) at once and rebuilds the
+holds of the jobs it names from their entries and eventlogs; other jobs
+never see the gate.
+
+A load that fails or is refused leaves all of this alone: each load has
+a :class:`Host` of its own, which takes over only once the load is
+committed (see :meth:`Host.commit`).
 """
 
 import errno
@@ -47,35 +52,89 @@ UNLOADED = "epilog-gate was unloaded: watch again"
 
 
 class Host:
-    """One loaded instance of the plugin and the gate it drives."""
+    """One instance of the plugin and, once its load is committed, the gate
+    it drives.
 
-    def __init__(self, p, carried=None):
+    An instance is made for every load, including one the job-manager then
+    refuses (a duplicate) or fails (a bad configuration).  Until its first
+    ``conf.update`` succeeds, the last step of a load that can fail, it
+    touches nothing another instance uses: no gate, no services, no jobs.
+    """
+
+    def __init__(self, p):
         self.jobtap = Jobtap(p)
-        self.recovering = carried is None
-        self.carried = carried
+        self.gate = None
+        self.shutdown = None
+        self.recovering = False
+        self.carried = None
         self._load_timer = None
         self.seen = set()
+        # Entries of the hold log by job, or None if it could not be read.
+        self.log = {}
+        if self.jobtap.load_options().get("debug-fault") == "init":
+            # The failed instance must not keep a reference on the handle.
+            self.jobtap.close()
+            raise RuntimeError("debug-fault=init: injected failure")
+
+    @property
+    def committed(self):
+        return _State.host is self
+
+    def commit(self, config):
+        """Take over as the gate of this job-manager: the load succeeds.
+
+        The gate of a removed instance is carried over; a new job-manager
+        starts a gate of its own and recovers the jobs the hold log names.
+        If anything here fails, the load fails and nothing has changed.
+        """
+        carried = _State.carried if lib.gate_seen_jobmanager(self.jobtap.p) else None
+        if carried is None or any(job.recovering for job in carried.jobs.values()):
+            self.log = self._read_log()
+        self._register()
+        # job.new is called for every active job right after the load (or,
+        # in a restarting job-manager, for every restored job); a timer
+        # fires only once that is done.
+        self.jobtap.forward(new=True, depend=bool(config.rules))
+        self._load_timer = self.jobtap.timer(0.0, self._loaded)
+        # Nothing below can fail.
         if carried is not None:
             carried.attach(self.jobtap)
             self.gate = carried
         else:
             self.gate = Gate(self.jobtap)
-        # Entries of the hold log by job, once read; jobs waiting for it.
-        self.log = None
-        self.awaiting = []
-        if carried is None or any(job.recovering for job in carried.jobs.values()):
-            self.jobtap.read_kvs(holdlog.KEY, self._log_read)
-        else:
-            self.log = {}
+        self.gate.reconfigure(config)
         self.shutdown = Shutdown(self.gate, self.jobtap)
-        self._register()
-        # job.new is called for every active job right after the load (or,
-        # in a restarting job-manager, for every restored job); a timer
-        # fires only once that is done.
-        self.jobtap.forward(new=True, depend=bool(self.gate.config.rules))
-        self._load_timer = self.jobtap.timer(0.0, self._loaded)
-        # Last: nothing may fail once the broker's state streams to us.
+        self.carried = carried
+        self.recovering = carried is None
+        _State.carried = None
+        _State.host = self
+        # Last: the broker's state streams to the committed instance only.
         self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
+
+    def _read_log(self):
+        """The hold log, read at once: only the jobs it names can have
+        holds (see holdlog.py).  None if it cannot be read: then every job
+        that may be at its epilog point is recovered."""
+        try:
+            text = self.jobtap.lookup_kvs(holdlog.KEY)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return {}
+            self.jobtap.log(syslog.LOG_ERR, f"reading {holdlog.KEY}: {exc}")
+            return None
+        log, skipped = holdlog.parse(text)
+        if skipped:
+            self.jobtap.log(
+                syslog.LOG_ERR, f"{holdlog.KEY}: skipped {skipped} malformed entries"
+            )
+        return log
+
+    def discard(self):
+        """A load that failed or was refused: drop this instance."""
+        if self._load_timer is not None:
+            self._load_timer.stop()
+            self._load_timer = None
+        self.jobtap.close()
 
     def _register(self):
         for index, method in enumerate(METHODS):
@@ -111,35 +170,18 @@ class Host:
         if self.carried is not None:
             if self.gate.retrack(jobid, state):
                 self._recover(jobid)
-        elif self.recovering:
+        elif self.recovering and (self.log is None or jobid in self.log):
             self.gate.begin_recovery(jobid, userid)
-            self._recover(jobid)
-
-    def _log_read(self, text, error):
-        if self.jobtap.p is None:
-            return
-        if error is not None and error.errno != errno.ENOENT:
-            self.jobtap.log(syslog.LOG_ERR, f"reading {holdlog.KEY}: {error}")
-        self.log, skipped = holdlog.parse(text if error is None else "")
-        if skipped:
-            self.jobtap.log(
-                syslog.LOG_ERR, f"{holdlog.KEY}: skipped {skipped} malformed entries"
-            )
-        awaiting, self.awaiting = self.awaiting, []
-        for jobid in awaiting:
             self._recover(jobid)
 
     def _recover(self, jobid):
         """Rebuild the holds of a job: from its entries in the hold log, and
         its eventlog if it may have active holds or has entries."""
-        if self.log is None:
-            self.awaiting.append(jobid)
-            return
         try:
             state, _ = self.jobtap.job_info(jobid)
         except OSError:
             state = INACTIVE
-        entries = self.log.get(jobid, [])
+        entries = (self.log or {}).get(jobid, [])
         if not entries and state not in (RUN, CLEANUP):
             self.gate.end_recovery(jobid, [])
             return
@@ -174,6 +216,9 @@ class Host:
         config = Config.from_sources(
             self.jobtap.load_options(), conf.get("epilog-gate")
         )
+        if not self.committed:
+            self.commit(config)
+            return
         self.gate.reconfigure(config)
         self.jobtap.forward(new=self._load_timer is not None, depend=bool(config.rules))
 
@@ -299,12 +344,20 @@ def _require_owner(method, owner):
 class _State:
     """Module state that survives plugin remove and load."""
 
+    #: Every instance of the plugin, by the address of its flux_plugin_t.
+    hosts = {}
+    #: The one whose load was committed: it gets the jobs and requests.
     host = None
+    #: The gate of a removed instance, for the next load to take over.
     carried = None
 
 
-def _log_error(where):
-    host = _State.host
+def _address(p):
+    return int(ffi.cast("uintptr_t", p))
+
+
+def _log_error(where, host=None):
+    host = host or _State.host
     text = f"{where}: " + " | ".join(traceback.format_exc().strip().splitlines()[-3:])
     if host is not None and host.jobtap.p is not None:
         host.jobtap.log(syslog.LOG_ERR, text)
@@ -322,28 +375,30 @@ def _onerror(exc_type, exc_value, tb):
 
 @ffi.def_extern(error=-1, onerror=_onerror)
 def gate_py_init(p):
-    carried = _State.carried if lib.gate_seen_jobmanager(p) else None
-    _State.carried = None
     try:
-        _State.host = Host(p, carried)
+        host = Host(p)
     except Exception:
-        _log_error("init")
-        _State.host = None
+        text = " | ".join(traceback.format_exc().strip().splitlines()[-3:])
+        lib.gate_log(p, syslog.LOG_ERR, f"init: {text}".encode("utf-8", "replace"))
         return -1
+    _State.hosts[_address(p)] = host
     return 1
 
 
 @ffi.def_extern(onerror=_onerror)
 def gate_py_unload(p):
-    host = _State.host
-    if host is None or host.jobtap.p != p:
+    host = _State.hosts.pop(_address(p), None)
+    if host is None:
         return
-    _State.host = None
     try:
-        host.unload()
-        _State.carried = host.gate
+        if host.committed:
+            _State.host = None
+            host.unload()
+            _State.carried = host.gate
+        else:
+            host.discard()
     except Exception:
-        _log_error("unload")
+        _log_error("unload", host)
 
 
 @ffi.def_extern(error=-1, onerror=_onerror)
@@ -358,7 +413,7 @@ def gate_py_job(p, what, topic, jobid, state, userid, args):
 
 @ffi.def_extern(error=-1, onerror=_onerror)
 def gate_py_plugin(p, what, args):
-    host = _State.host
+    host = _State.hosts.get(_address(p))
     try:
         if what == PLUGIN_CONF:
             host.configure(args)
@@ -368,7 +423,7 @@ def gate_py_plugin(p, what, args):
         lib.gate_error(p, args, f"epilog-gate: {exc}".encode())
         return -1
     except Exception:
-        _log_error("plugin callback")
+        _log_error("plugin callback", host)
         lib.gate_error(p, args, b"epilog-gate: internal error (see flux dmesg)")
         return -1
     return 0
