@@ -354,7 +354,7 @@ def test_release_whose_epilog_finish_was_lost_is_finished_on_replay(port):
 
 
 def test_release_with_its_epilog_finish_is_not_finished_again(port):
-    finish = (60.0, "epilog-finish", {"description": "bb", "status": 0})
+    finish = (60.0, "epilog-finish", {"description": "bb", "status": 0, MARKER: True})
     release = (60.1, RELEASE_EVENT, {"description": "bb", "status": 0})
     for events in ([START, finish, release], [START, release, finish]):
         gate = replay(port, events)
