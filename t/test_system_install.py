@@ -1,0 +1,235 @@
+"""`make install-system`: the plugin, `flux epilog-gate` and the man pages
+where flux-core finds them by name, staged under DESTDIR for packagers or
+installed for real into the machine's flux-core."""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+from conftest import REPO
+
+from flux_epilog_gate.jobtap import build
+
+PYVER = "%d.%d" % sys.version_info[:2]
+FLUX_LIBDIR = build.flux_libdir()
+PLUGINDIR = os.path.join(FLUX_LIBDIR, "job-manager", "plugins")
+CMDDIR = build.pkg_config("--variable=fluxcmddir")[0]
+# Marks the prefixes this file installs into, so that a link left by an
+# interrupted run is known as ours.
+MARK = "epilog-gate-sysinst"
+
+
+def make(target, **variables):
+    """Run `make TARGET VAR=VALUE...` in the source tree, with this test's
+    Python as the environment's interpreter and docutils' host."""
+    variables.setdefault("PYTHON", sys.executable)
+    variables.setdefault("DOC_PYTHON", sys.executable)
+    args = [f"{k}={v}" for k, v in variables.items()]
+    return subprocess.run(
+        ["make", "-s", "-C", REPO, target, *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def site_plugin(pkglibdir):
+    return os.path.join(
+        pkglibdir,
+        "lib",
+        f"python{PYVER}",
+        "site-packages",
+        "flux_epilog_gate",
+        "jobtap",
+        "epilog-gate.so",
+    )
+
+
+def files_under(root):
+    return [
+        os.path.join(d, f)
+        for d, _, names in os.walk(root)
+        for f in names
+        if not os.path.islink(os.path.join(d, f))
+    ]
+
+
+def clean_env():
+    """An environment that tells flux nothing about this package."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("FLUX_", "PYTHON", "VIRTUAL_ENV"))
+    }
+    env["PATH"] = os.pathsep.join(
+        d for d in ["/usr/local/bin", "/usr/bin", "/bin"] if os.path.isdir(d)
+    )
+    flux = shutil.which("flux")
+    env["PATH"] = os.path.dirname(flux) + os.pathsep + env["PATH"]
+    return env
+
+
+# The initial program of the instances below: load by name, at run time
+# and from the config, and use the command as `flux epilog-gate`.
+PROGRAM = textwrap.dedent("""\
+    set -e
+    flux jobtap list | grep -x epilog-gate.so
+    flux jobtap remove epilog-gate.so
+    flux jobtap load epilog-gate.so timeout=1h
+    flux jobtap query epilog-gate.so | jq -e '.config.timeout == 3600'
+    id=$(flux submit --urgency=0 true)
+    flux epilog-gate hold $id bb
+    flux epilog-gate list | grep -q "bb *pending"
+    flux cancel $id
+    flux job wait-event -t 30 $id epilog-start
+    flux epilog-gate release $id bb
+    flux job wait-event -t 30 $id clean
+    echo INSTALLED-OK
+    """)
+
+
+def run_instance(tmp_path, env):
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "plugins.toml").write_text(
+        '[job-manager]\nplugins = [ { load = "epilog-gate.so" } ]\n'
+    )
+    script = tmp_path / "program.sh"
+    script.write_text(PROGRAM)
+    return subprocess.run(
+        [
+            "flux",
+            "start",
+            "--test-size=1",
+            f"--config-path={conf}",
+            "sh",
+            "-x",
+            str(script),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=tmp_path,
+    )
+
+
+def test_destdir_install_stages_a_layout_that_works_once_moved(tmp_path):
+    """A packager's build: PREFIX is the final place, DESTDIR the staging
+    directory; nothing staged names DESTDIR, and the tree works once copied
+    to PREFIX."""
+    prefix = str(tmp_path / MARK / "final")
+    stage = str(tmp_path / "stage")
+    pkglibdir = os.path.join(prefix, "lib", "flux-epilog-gate")
+    proc = make("install-system", PREFIX=prefix, DESTDIR=stage)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    plugin_link = stage + os.path.join(PLUGINDIR, "epilog-gate.so")
+    cmd_link = stage + os.path.join(CMDDIR, "flux-epilog-gate")
+    assert os.readlink(plugin_link) == site_plugin(pkglibdir)
+    assert os.path.isfile(stage + site_plugin(pkglibdir))
+    assert os.readlink(cmd_link) == os.path.join(pkglibdir, "bin", "flux-epilog-gate")
+    with open(stage + os.readlink(cmd_link)) as f:
+        # pip writes a long interpreter path on the second line.
+        head = f.readline() + f.readline()
+    assert f"{pkglibdir}/bin/python" in head
+    for section in ("1", "7"):
+        page = os.path.join(
+            stage + prefix,
+            "share",
+            "man",
+            f"man{section}",
+            f"flux-epilog-gate.{section}",
+        )
+        with open(page) as f:
+            assert f'.TH "FLUX-EPILOG-GATE" {section} ' in f.read()
+    staged = files_under(stage)
+    naming_stage = [p for p in staged if stage.encode() in open(p, "rb").read()]
+    assert naming_stage == []
+
+    # Move the staged environment to its final place: it runs from there.
+    shutil.copytree(stage + prefix, prefix, symlinks=True)
+    cli = os.path.join(pkglibdir, "bin", "flux-epilog-gate")
+    out = subprocess.run([cli, "path"], capture_output=True, text=True, env=clean_env())
+    assert out.returncode == 0, out.stderr
+    assert os.path.realpath(out.stdout.strip()) == os.path.realpath(
+        site_plugin(pkglibdir)
+    )
+
+    proc = make("uninstall-system", PREFIX=prefix, DESTDIR=stage)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert files_under(stage) == []
+    assert not os.path.lexists(plugin_link) and not os.path.lexists(cmd_link)
+
+
+def ours(path):
+    """A link left by an earlier run of this file."""
+    return os.path.islink(path) and MARK in os.readlink(path)
+
+
+@pytest.fixture
+def real_install(tmp_path):
+    """Install into the machine's flux-core (its plugin and command
+    directories; the environment and man pages under a prefix of the
+    test's own); remove all of it afterwards, even on failure."""
+    links = [
+        os.path.join(PLUGINDIR, "epilog-gate.so"),
+        os.path.join(CMDDIR, "flux-epilog-gate"),
+    ]
+    for d in (PLUGINDIR, CMDDIR):
+        if not os.access(d, os.W_OK):
+            pytest.skip(f"{d} is not writable: a real install needs root")
+    for link in links:
+        if ours(link):
+            os.unlink(link)
+        elif os.path.lexists(link):
+            pytest.skip(f"{link} exists: another install of flux-epilog-gate")
+    prefix = str(tmp_path / MARK)
+    try:
+        proc = make("install-system", PREFIX=prefix)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        yield prefix, links
+    finally:
+        make("uninstall-system", PREFIX=prefix)
+        for link in links:
+            if ours(link):
+                os.unlink(link)
+
+
+def test_real_install_loads_by_name_and_answers_as_flux_subcommand(
+    real_install, tmp_path
+):
+    prefix, links = real_install
+    pkglibdir = os.path.join(prefix, "lib", "flux-epilog-gate")
+    assert os.path.realpath(links[0]) == os.path.realpath(site_plugin(pkglibdir))
+    proc = run_instance(tmp_path, clean_env())
+    assert proc.returncode == 0 and "INSTALLED-OK" in proc.stdout, (
+        proc.stdout + proc.stderr
+    )
+
+
+def test_uninstall_removes_what_install_put_in_flux_core(tmp_path):
+    prefix = str(tmp_path / MARK)
+    links = [
+        os.path.join(PLUGINDIR, "epilog-gate.so"),
+        os.path.join(CMDDIR, "flux-epilog-gate"),
+    ]
+    if not all(os.access(d, os.W_OK) for d in (PLUGINDIR, CMDDIR)):
+        pytest.skip("a real install needs root")
+    if any(os.path.lexists(link) and not ours(link) for link in links):
+        pytest.skip("another install of flux-epilog-gate is there")
+    try:
+        assert make("install-system", PREFIX=prefix).returncode == 0
+        assert all(os.path.islink(link) for link in links)
+        proc = make("uninstall-system", PREFIX=prefix)
+        assert proc.returncode == 0, proc.stderr
+        assert not any(os.path.lexists(link) for link in links)
+        assert not os.path.exists(os.path.join(prefix, "lib", "flux-epilog-gate"))
+        assert files_under(prefix) == []
+    finally:
+        for link in links:
+            if ours(link):
+                os.unlink(link)
