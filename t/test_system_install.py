@@ -2,11 +2,13 @@
 where flux-core finds them by name, staged under DESTDIR for packagers or
 installed for real into the machine's flux-core."""
 
+import fcntl
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import pytest
@@ -179,15 +181,16 @@ def test_destdir_install_stages_a_layout_that_works_once_moved(tmp_path):
 
 
 def ours(path):
-    """A link left by an earlier run of this file."""
+    """A link made by this file (under the lock, one left by an
+    interrupted run)."""
     return os.path.islink(path) and MARK in os.readlink(path)
 
 
 @pytest.fixture
-def real_install(tmp_path):
-    """Install into the machine's flux-core (its plugin and command
-    directories; the environment and man pages under a prefix of the
-    test's own); remove all of it afterwards, even on failure."""
+def flux_core_dirs():
+    """The machine's flux-core plugin and command directories, for one
+    test at a time (a lock, also across test runs); links of ours are
+    removed before and after, even on failure."""
     links = [
         os.path.join(PLUGINDIR, "epilog-gate.so"),
         os.path.join(CMDDIR, "flux-epilog-gate"),
@@ -195,21 +198,33 @@ def real_install(tmp_path):
     for d in (PLUGINDIR, CMDDIR):
         if not os.access(d, os.W_OK):
             pytest.skip(f"{d} is not writable: a real install needs root")
-    for link in links:
-        if ours(link):
-            os.unlink(link)
-        elif os.path.lexists(link):
-            pytest.skip(f"{link} exists: another install of flux-epilog-gate")
+    with open(os.path.join(tempfile.gettempdir(), f"{MARK}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for link in links:
+            if ours(link):
+                os.unlink(link)
+            elif os.path.lexists(link):
+                pytest.skip(f"{link} exists: another install of flux-epilog-gate")
+        try:
+            yield links
+        finally:
+            for link in links:
+                if ours(link):
+                    os.unlink(link)
+
+
+@pytest.fixture
+def real_install(tmp_path, flux_core_dirs):
+    """Install into the machine's flux-core (its plugin and command
+    directories; the environment and man pages under a prefix of the
+    test's own); remove all of it afterwards, even on failure."""
     prefix = str(tmp_path / MARK)
     try:
         proc = make("install-system", PREFIX=prefix)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        yield prefix, links
+        yield prefix, flux_core_dirs
     finally:
         make("uninstall-system", PREFIX=prefix)
-        for link in links:
-            if ours(link):
-                os.unlink(link)
 
 
 def test_real_install_loads_by_name_and_answers_as_flux_subcommand(
@@ -224,28 +239,16 @@ def test_real_install_loads_by_name_and_answers_as_flux_subcommand(
     )
 
 
-def test_uninstall_removes_what_install_put_in_flux_core(tmp_path):
+def test_uninstall_removes_what_install_put_in_flux_core(tmp_path, flux_core_dirs):
     prefix = str(tmp_path / MARK)
-    links = [
-        os.path.join(PLUGINDIR, "epilog-gate.so"),
-        os.path.join(CMDDIR, "flux-epilog-gate"),
-    ]
-    if not all(os.access(d, os.W_OK) for d in (PLUGINDIR, CMDDIR)):
-        pytest.skip("a real install needs root")
-    if any(os.path.lexists(link) and not ours(link) for link in links):
-        pytest.skip("another install of flux-epilog-gate is there")
-    try:
-        assert make("install-system", PREFIX=prefix).returncode == 0
-        assert all(os.path.islink(link) for link in links)
-        proc = make("uninstall-system", PREFIX=prefix)
-        assert proc.returncode == 0, proc.stderr
-        assert not any(os.path.lexists(link) for link in links)
-        assert not os.path.exists(os.path.join(prefix, "lib", "flux-epilog-gate"))
-        assert files_under(prefix) == []
-    finally:
-        for link in links:
-            if ours(link):
-                os.unlink(link)
+    links = flux_core_dirs
+    assert make("install-system", PREFIX=prefix).returncode == 0
+    assert all(os.path.islink(link) for link in links)
+    proc = make("uninstall-system", PREFIX=prefix)
+    assert proc.returncode == 0, proc.stderr
+    assert not any(os.path.lexists(link) for link in links)
+    assert not os.path.exists(os.path.join(prefix, "lib", "flux-epilog-gate"))
+    assert files_under(prefix) == []
 
 
 def test_relative_destdir_is_taken_from_the_current_directory(tmp_path):
