@@ -33,7 +33,7 @@ SYSTEM_INSTALL = PYTHON="$(PYTHON)" DESTDIR="$(DESTDIR)" PKGLIBDIR="$(PKGLIBDIR)
 	PIP_FLAGS="$(PIP_FLAGS)" tools/system-install
 
 .PHONY: prereq install demo check pytest sharness bench lint \
-	install-system uninstall-system
+	install-system uninstall-system venv-matches
 
 prereq:
 	@command -v flux >/dev/null 2>&1 || { \
@@ -46,11 +46,21 @@ prereq:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# An existing VENV made with another Python than PYTHON would silently be
+# installed into: say so instead.
+PYVER = import sys; print("%d.%d" % sys.version_info[:2])
+venv-matches: | $(BIN)/python
+	@want=$$($(PYTHON) -c '$(PYVER)') && have=$$($(BIN)/python -c '$(PYVER)') && \
+	test "$$want" = "$$have" || { \
+	  echo "error: $(VENV) has Python $$have, not $(PYTHON)'s $$want:" \
+	    "give another VENV (e.g. VENV=.venv-$$want) or remove $(VENV)." >&2; \
+	  exit 1; }
+
 $(VENV)/.installed: $(SOURCES) | $(BIN)/python
 	$(BIN)/pip install --quiet '.[test]'
 	@touch $@
 
-install: prereq $(VENV)/.installed
+install: prereq venv-matches $(VENV)/.installed
 
 demo: install
 	$(BIN)/python examples/demo.py

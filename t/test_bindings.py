@@ -2,8 +2,10 @@
 embedded interpreter, the command line and the client all use them; an
 install that cannot work fails while building, saying what to do."""
 
+import glob
 import importlib.metadata
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -243,3 +245,45 @@ def test_python_without_shared_libpython_is_refused(monkeypatch):
 
 def test_python_with_shared_libpython_passes():
     build.check_libpython()
+
+
+def another_python():
+    """A Python of another version than this one, if the machine has one."""
+    mine = "%d.%d" % sys.version_info[:2]
+    candidates = [shutil.which(f"python3.{minor}") for minor in range(8, 14)]
+    candidates += sorted(
+        glob.glob(os.path.expanduser("~/.pyenv/versions/3.*/bin/python3.*"))
+    )
+    candidates += [shutil.which("python3"), "/usr/bin/python3"]
+    for python in candidates:
+        if not python or not re.search(r"python3(\.\d+)?$", python):
+            continue
+        proc = subprocess.run(
+            [python, "-c", 'import sys; print("%d.%d" % sys.version_info[:2])'],
+            capture_output=True,
+            text=True,
+        )
+        if proc.returncode == 0 and proc.stdout.strip() not in ("", mine):
+            return python
+    return None
+
+
+def test_make_install_refuses_a_venv_made_with_another_python():
+    python = another_python()
+    if python is None:
+        pytest.skip("no Python of another version on this machine")
+    stamp = os.path.join(sys.prefix, ".installed")
+    before = os.stat(stamp).st_mtime if os.path.exists(stamp) else None
+    proc = subprocess.run(
+        ["make", "-s", "-C", REPO, "install", f"PYTHON={python}", f"VENV={sys.prefix}"],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode != 0
+    assert (
+        f"{sys.prefix} has Python {sys.version_info[0]}.{sys.version_info[1]}, not"
+        in (proc.stderr)
+    )
+    assert "give another VENV" in proc.stderr
+    after = os.stat(stamp).st_mtime if os.path.exists(stamp) else None
+    assert before == after
