@@ -3,6 +3,13 @@
 #   make demo    install, then run the demo in a throwaway flux instance
 #   make check   install, then run every test (pytest and sharness)
 #   make bench   install, then run the benchmark
+#
+# PYTHON and VENV choose the interpreter and the environment, e.g.
+#   make check PYTHON=python3.12 VENV=.venv-3.12
+#
+#   make install-system     the plugin, `flux epilog-gate` and the man pages
+#                           where flux-core finds them (PREFIX, DESTDIR: see
+#   make uninstall-system   README.md, "System install and packaging")
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -10,7 +17,23 @@ BIN = $(VENV)/bin
 SOURCES = setup.py pyproject.toml $(wildcard flux_epilog_gate/*.py) \
 	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/entry.c
 
-.PHONY: prereq install demo check pytest sharness bench lint
+# System install: flux-core's own directories for what it finds by name,
+# PREFIX for the rest.
+FLUX_PKG = pkg-config --silence-errors
+PREFIX ?= $(or $(shell $(FLUX_PKG) --variable=prefix flux-core),/usr/local)
+PKGLIBDIR ?= $(PREFIX)/lib/flux-epilog-gate
+MANDIR ?= $(PREFIX)/share/man
+FLUX_LIBDIR ?= $(shell $(FLUX_PKG) --variable=fluxlibdir flux-core)
+JOBTAP_PLUGINDIR ?= $(FLUX_LIBDIR)/job-manager/plugins
+FLUX_CMDDIR ?= $(shell $(FLUX_PKG) --variable=fluxcmddir flux-core)
+DOC_PYTHON ?= $(PYTHON)
+SYSTEM_INSTALL = PYTHON="$(PYTHON)" DESTDIR="$(DESTDIR)" PKGLIBDIR="$(PKGLIBDIR)" \
+	MANDIR="$(MANDIR)" JOBTAP_PLUGINDIR="$(JOBTAP_PLUGINDIR)" \
+	FLUX_CMDDIR="$(FLUX_CMDDIR)" DOC_PYTHON="$(DOC_PYTHON)" \
+	PIP_FLAGS="$(PIP_FLAGS)" tools/system-install
+
+.PHONY: prereq install demo check pytest sharness bench lint \
+	install-system uninstall-system venv-matches
 
 prereq:
 	@command -v flux >/dev/null 2>&1 || { \
@@ -23,11 +46,21 @@ prereq:
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+# An existing VENV made with another Python than PYTHON would silently be
+# installed into: say so instead.
+PYVER = import sys; print("%d.%d" % sys.version_info[:2])
+venv-matches: | $(BIN)/python
+	@want=$$($(PYTHON) -c '$(PYVER)') && have=$$($(BIN)/python -c '$(PYVER)') && \
+	test "$$want" = "$$have" || { \
+	  echo "error: $(VENV) has Python $$have, not $(PYTHON)'s $$want:" \
+	    "give another VENV (e.g. VENV=.venv-$$want) or remove $(VENV)." >&2; \
+	  exit 1; }
+
 $(VENV)/.installed: $(SOURCES) | $(BIN)/python
 	$(BIN)/pip install --quiet '.[test]'
 	@touch $@
 
-install: prereq $(VENV)/.installed
+install: prereq venv-matches $(VENV)/.installed
 
 demo: install
 	$(BIN)/python examples/demo.py
@@ -41,6 +74,12 @@ sharness: install
 check: install
 	$(BIN)/pytest t
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
+
+install-system: prereq
+	$(SYSTEM_INSTALL) install
+
+uninstall-system:
+	$(SYSTEM_INSTALL) uninstall
 
 bench: install
 	$(BIN)/python bench/run.py

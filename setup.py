@@ -2,7 +2,10 @@
 
 Besides the pure-Python package this builds ``epilog-gate.so`` (see
 flux_epilog_gate/jobtap/build.py) against ``pkg-config flux-core`` and
-records where flux-core's Python bindings live.
+chooses flux-core's Python bindings: flux-core's own when they import in
+the Python being installed into, else a dependency on the flux-python
+release of the installed flux-core.  An install that cannot work stops
+here, before anything is built, with a message that says what to do.
 """
 
 import os
@@ -21,8 +24,23 @@ sys.path.pop(0)
 PTH = "flux_epilog_gate-flux.pth"
 BUILDINFO = '''"""Written by setup.py at build time."""
 
-FLUX_PYTHONPATH = {flux_pythonpath!r}
+BINDINGS = {kind!r}
+FLUX_PYTHONPATH = {path!r}
+FLUX_LIBDIR = {libdir!r}
 '''
+# Runtime dependencies besides the bindings; flux-python needs ply but does
+# not declare it (flux-core's own bindings need it too).
+DEPENDENCIES = ["cffi>=1.15", "pyyaml", "ply"]
+
+
+def preflight():
+    try:
+        return plugin_build.preflight()
+    except plugin_build.BuildError as exc:
+        sys.exit(f"error: flux-epilog-gate cannot be installed here: {exc}")
+
+
+BINDINGS = preflight()
 
 
 class BuildPlugin(Command):
@@ -39,15 +57,25 @@ class BuildPlugin(Command):
 
     def run(self):
         outdir = os.path.join(self.build_lib, "flux_epilog_gate", "jobtap")
-        plugin_build.compile_plugin(outdir)
-        fluxpath = plugin_build.flux_pythonpath()
+        plugin_build.compile_plugin(outdir, BINDINGS)
         info = os.path.join(self.build_lib, "flux_epilog_gate", "_buildinfo.py")
         with open(info, "w") as f:
-            f.write(BUILDINFO.format(flux_pythonpath=fluxpath))
-        # A .pth file at the top of site-packages makes flux-core's bindings
-        # importable in the environment, for the CLI and for services.
-        with open(os.path.join(self.build_lib, PTH), "w") as f:
-            f.write(fluxpath + "\n")
+            f.write(
+                BUILDINFO.format(
+                    kind=BINDINGS.kind,
+                    path=BINDINGS.path,
+                    libdir=plugin_build.flux_libdir(),
+                )
+            )
+        # A .pth file at the top of site-packages makes flux-core's own
+        # bindings importable in the environment, for the CLI and for
+        # services (flux-python is installed there already).
+        pth = os.path.join(self.build_lib, PTH)
+        if BINDINGS.path:
+            with open(pth, "w") as f:
+                f.write(BINDINGS.path + "\n")
+        elif os.path.exists(pth):
+            os.unlink(pth)
 
 
 class BuildPy(build_py):
@@ -64,6 +92,8 @@ class BinaryDistribution(Distribution):
 
 
 setup(
+    install_requires=DEPENDENCIES
+    + ([BINDINGS.requirement] if BINDINGS.requirement else []),
     cmdclass={"build_py": BuildPy, "build_plugin": BuildPlugin},
     distclass=BinaryDistribution,
 )

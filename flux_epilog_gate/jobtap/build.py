@@ -4,7 +4,9 @@
 DIR; ``setup.py`` calls :func:`compile_plugin` while building the package.
 """
 
+import glob
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -109,37 +111,199 @@ import flux_epilog_gate.jobtap.host  # defines the extern "Python" functions
 """
 
 
+class BuildError(Exception):
+    """An install that cannot work; the message says what to do."""
+
+
 def pkg_config(*args):
     """Return the words pkg-config prints for flux-core."""
     cmd = ["pkg-config", *args, "flux-core"]
     try:
         out = subprocess.run(cmd, check=True, capture_output=True, text=True)
     except (OSError, subprocess.CalledProcessError) as exc:
-        raise RuntimeError(
-            "flux-core development files not found "
-            f"({' '.join(cmd)} failed: {exc}); install flux-core first"
+        why = (getattr(exc, "stderr", None) or str(exc)).strip().splitlines()[0]
+        raise BuildError(
+            "flux-core's development files were not found "
+            f"({' '.join(cmd)}: {why}): install flux-core with them "
+            "(e.g. Debian's flux-core-dev, or flux-core built from source), "
+            "or point PKG_CONFIG_PATH at the directory of its flux-core.pc"
         ) from exc
     return shlex.split(out.stdout)
 
 
-def flux_pythonpath():
-    """Directory that holds flux-core's Python bindings for this Python."""
-    libdir = pkg_config("--variable=fluxlibdir")[0]
-    return os.path.join(libdir, f"python{sys.version_info[0]}.{sys.version_info[1]}")
+def python_version():
+    return f"{sys.version_info[0]}.{sys.version_info[1]}"
+
+
+def flux_libdir():
+    return pkg_config("--variable=fluxlibdir")[0]
+
+
+def own_bindings_dirs():
+    """flux-core's own bindings, one directory per Python it was built for."""
+    return sorted(glob.glob(os.path.join(flux_libdir(), "python[0-9]*.*[0-9]")))
+
+
+# Run by the Python being installed into: can it load the compiled part
+# of flux-core's own bindings from the directory given as argv[1]?  (A
+# directory for another Python, or a build against another ABI, fails
+# here, not at run time.  The pure-Python part needs the package's runtime
+# dependencies, which are not installed yet.)
+_IMPORT_CHECK = """
+import os, sys
+sys.path.insert(0, sys.argv[1])
+import _flux._core
+mine = os.path.realpath(os.path.join(sys.argv[1], "_flux"))
+if os.path.dirname(os.path.realpath(_flux._core.__file__)) != mine:
+    sys.exit("_flux._core was found elsewhere: " + _flux._core.__file__)
+"""
+
+
+def own_bindings_fit(path):
+    """Return None if flux-core's bindings in ``path`` import in this
+    Python, else why not."""
+    if not os.path.isfile(os.path.join(path, "flux", "__init__.py")):
+        return f"{path}/flux does not exist"
+    proc = subprocess.run(
+        [sys.executable, "-c", _IMPORT_CHECK, path],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines() or ["(no output)"]
+        return f"importing them fails: {lines[-1]}"
+    return None
+
+
+class Bindings:
+    """Which flux-core Python bindings the package uses.
+
+    ``kind`` is "flux-core" (flux-core's own, from ``path``) or
+    "flux-python" (the wheel on PyPI, ``requirement``).
+    """
+
+    def __init__(self, kind, path=None, requirement=None):
+        self.kind = kind
+        self.path = path
+        self.requirement = requirement
+
+    def __repr__(self):
+        return f"Bindings({self.kind!r}, {self.path or self.requirement!r})"
+
+
+def flux_python_requirement(why_not_own):
+    """The flux-python release that matches the installed flux-core."""
+    version = pkg_config("--modversion")[0]
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", version):
+        raise BuildError(
+            f"flux-core's own Python bindings do not fit Python "
+            f"{python_version()} ({sys.executable}): {why_not_own}; and "
+            f"flux-core {version} is not a release, so no flux-python "
+            "matches it.  Install with a Python that flux-core was built for "
+            f"({_own_pythons()}), or rebuild flux-core for this Python "
+            "(./configure PYTHON=...)"
+        )
+    return f"flux-python=={version}"
+
+
+def _own_pythons():
+    names = [os.path.basename(d) for d in own_bindings_dirs()]
+    return ", ".join(names) or "none found"
+
+
+def choose_bindings():
+    """flux-core's own bindings if they fit this Python, else the matching
+    flux-python.  FLUX_EPILOG_GATE_BINDINGS=flux-core|flux-python forces
+    one."""
+    forced = os.environ.get("FLUX_EPILOG_GATE_BINDINGS", "")
+    if forced not in ("", "flux-core", "flux-python"):
+        raise BuildError(
+            f"FLUX_EPILOG_GATE_BINDINGS={forced!r}: say flux-core or flux-python"
+        )
+    path = os.path.join(flux_libdir(), f"python{python_version()}")
+    if forced == "flux-python":
+        why = "FLUX_EPILOG_GATE_BINDINGS=flux-python"
+    else:
+        why = own_bindings_fit(path)
+        if why is None:
+            return Bindings("flux-core", path=path)
+        if forced == "flux-core":
+            raise BuildError(
+                f"flux-core's own Python bindings do not fit Python "
+                f"{python_version()} ({sys.executable}): {why}; they exist "
+                f"for: {_own_pythons()}"
+            )
+    return Bindings("flux-python", requirement=flux_python_requirement(why))
+
+
+def check_headers():
+    """flux-core's headers are where pkg-config says."""
+    dirs = [w[2:] for w in pkg_config("--cflags") if w.startswith("-I")]
+    # pkg-config leaves out the compiler's own include directory.
+    for d in dirs or ["/usr/include"]:
+        if os.path.exists(os.path.join(d, "flux", "jobtap.h")):
+            return
+    raise BuildError(
+        "flux-core's headers (flux/jobtap.h) were not found in "
+        f"{' '.join(dirs) or 'the default include path'}: install flux-core's "
+        "development files (e.g. Debian's flux-core-dev)"
+    )
+
+
+def check_libpython():
+    """The plugin embeds this Python in the job-manager: it needs a shared
+    libpython."""
+    var = sysconfig.get_config_var
+    name = var("INSTSONAME") or var("LDLIBRARY") or ""
+    dirs = [
+        var("LIBDIR") or "",
+        os.path.join(var("LIBDIR") or "", var("MULTIARCH") or ""),
+    ]
+    if var("Py_ENABLE_SHARED") and any(
+        os.path.exists(os.path.join(d, name)) for d in dirs if d
+    ):
+        return
+    raise BuildError(
+        f"Python {python_version()} ({sys.executable}) has no shared "
+        f"libpython ({name or 'libpython'} not found in {var('LIBDIR')}): the "
+        "plugin embeds Python in the job-manager.  Use a Python built with "
+        "--enable-shared (pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared "
+        "pyenv install VERSION; Debian: libpython3-dev)"
+    )
+
+
+def preflight():
+    """Everything an install needs, checked before building anything;
+    return the bindings to use."""
+    check_headers()
+    check_libpython()
+    return choose_bindings()
+
+
+def base_python():
+    """The interpreter the plugin falls back to when it does not find its
+    environment's own: the base interpreter of a virtual environment, which
+    outlives it, and never a path under a staging directory (DESTDIR)."""
+    base = getattr(sys, "_base_executable", None)
+    if base and os.access(base, os.X_OK):
+        return base
+    return sys.executable
 
 
 def c_string(value):
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def make_builder():
-    """Return a cffi FFI builder for the plugin."""
+def make_builder(bindings):
+    """Return a cffi FFI builder for the plugin.  With flux-python the
+    bindings are in the environment's own site-packages, so the embedded
+    interpreter needs no extra directory for them."""
     cflags = pkg_config("--cflags")
     libdirs = [w[2:] for w in pkg_config("--libs-only-L")]
     pylibdir = sysconfig.get_config_var("LIBDIR")
     defines = (
-        f"#define GATE_BUILD_PYTHON {c_string(sys.executable)}\n"
-        f"#define GATE_FLUX_PYTHONPATH {c_string(flux_pythonpath())}\n"
+        f"#define GATE_BUILD_PYTHON {c_string(base_python())}\n"
+        f"#define GATE_FLUX_PYTHONPATH {c_string(bindings.path or '')}\n"
     )
     with open(os.path.join(HERE, "entry.c")) as f:
         source = defines + f.read()
@@ -163,12 +327,13 @@ def make_builder():
     return builder
 
 
-def compile_plugin(outdir, verbose=False):
+def compile_plugin(outdir, bindings=None, verbose=False):
     """Compile the plugin into ``outdir``; return the path of the library."""
+    bindings = bindings or preflight()
     os.makedirs(outdir, exist_ok=True)
     target = os.path.join(os.path.abspath(outdir), PLUGIN)
     with tempfile.TemporaryDirectory() as tmp:
-        make_builder().compile(tmpdir=tmp, target=target, verbose=verbose)
+        make_builder(bindings).compile(tmpdir=tmp, target=target, verbose=verbose)
     return target
 
 

@@ -198,7 +198,9 @@ error_preinit:
 }
 
 /* Put our own site directory and flux-core's bindings first on sys.path,
- * also when another plugin started the interpreter before us.
+ * also when another plugin started the interpreter before us.  With
+ * flux-python the bindings live in our site directory:
+ * GATE_FLUX_PYTHONPATH is then empty.
  */
 static int gate_extend_path (flux_t *h, const char *site)
 {
@@ -210,6 +212,8 @@ static int gate_extend_path (flux_t *h, const char *site)
     if (!path || !PyList_Check (path))
         goto done;
     for (size_t i = 0; i < sizeof (dirs) / sizeof (dirs[0]); i++) {
+        if (dirs[i][0] == '\0')
+            continue;
         PyObject *s = PyUnicode_DecodeFSDefault (dirs[i]);
         int present = s ? PySequence_Contains (path, s) : -1;
         if (present < 0 || (!present && PyList_Insert (path, 0, s) < 0)) {
