@@ -8,6 +8,18 @@ import pytest
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+def skip_unless(condition, reason):
+    """Skip the calling test unless ``condition``, for a limit of the
+    machine (named in ``reason``); under CI (``CI`` set), whose machine has
+    what every test needs, fail instead, so that nothing is skipped
+    silently there."""
+    if condition:
+        return
+    if os.environ.get("CI"):
+        pytest.fail(f"CI must run this test, but {reason}")
+    pytest.skip(reason)
+
+
 def pytest_sessionstart(session):
     if shutil.which("flux") is None:
         pytest.exit(

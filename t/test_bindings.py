@@ -13,7 +13,7 @@ import sysconfig
 
 import flux
 import pytest
-from conftest import REPO
+from conftest import REPO, skip_unless
 
 import flux_epilog_gate
 from flux_epilog_gate import _buildinfo
@@ -270,8 +270,7 @@ def another_python():
 
 def test_make_install_refuses_a_venv_made_with_another_python():
     python = another_python()
-    if python is None:
-        pytest.skip("no Python of another version on this machine")
+    skip_unless(python is not None, "no Python of another version on this machine")
     stamp = os.path.join(sys.prefix, ".installed")
     before = os.stat(stamp).st_mtime if os.path.exists(stamp) else None
     proc = subprocess.run(

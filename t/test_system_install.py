@@ -12,7 +12,7 @@ import tempfile
 import textwrap
 
 import pytest
-from conftest import REPO
+from conftest import REPO, skip_unless
 
 from flux_epilog_gate.jobtap import build
 
@@ -196,15 +196,19 @@ def flux_core_dirs():
         os.path.join(CMDDIR, "flux-epilog-gate"),
     ]
     for d in (PLUGINDIR, CMDDIR):
-        if not os.access(d, os.W_OK):
-            pytest.skip(f"{d} is not writable: a real install needs root")
+        skip_unless(
+            os.access(d, os.W_OK), f"{d} is not writable: a real install needs root"
+        )
     with open(os.path.join(tempfile.gettempdir(), f"{MARK}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         for link in links:
             if ours(link):
                 os.unlink(link)
-            elif os.path.lexists(link):
-                pytest.skip(f"{link} exists: another install of flux-epilog-gate")
+            else:
+                skip_unless(
+                    not os.path.lexists(link),
+                    f"{link} exists: another install of flux-epilog-gate",
+                )
         try:
             yield links
         finally:
