@@ -1105,9 +1105,9 @@ def test_release_during_recovery_keeps_the_job_tracked(port, gate):
 
 def test_recovered_job_going_inactive_forgets_its_history(port, gate):
     recover(port, gate, RUN, [ev(100.0, "alloc"), ev(101.0, "start")])
-    assert JOB in gate.history
+    assert JOB in gate.replayed_progress
     gate.on_inactive(JOB)
-    assert JOB not in gate.history
+    assert JOB not in gate.replayed_progress
 
 
 # Reload into the same job-manager (suspend, retrack, resume)
@@ -1187,7 +1187,7 @@ def test_resume_forgets_history_of_jobs_not_seen(port, gate):
     recover(port, gate, RUN, [ev(100.0, "alloc"), ev(101.0, "start")])
     gate.suspend()
     gate.resume(set())
-    assert gate.history == {}
+    assert gate.replayed_progress == {}
 
 
 def test_holds_survive_suspend_and_resume(port, gate):
