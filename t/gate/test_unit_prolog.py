@@ -1,12 +1,13 @@
-"""Unit tests of prolog holds (flux_epilog_gate.prolog), no broker: the
+"""Unit tests of prolog holds (flux_epilog_gate.gate.prolog), no broker: the
 job-manager is a FakePort driven by each test."""
 
 import errno
 
 import pytest
+from unitgate import JOB, USER, ev, recover
 
 from flux_epilog_gate.errors import GateError
-from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
 from flux_epilog_gate.holdlog import MARKER
 from flux_epilog_gate.holds import (
     ACTIVE,
@@ -16,18 +17,6 @@ from flux_epilog_gate.holds import (
     RECOVERY_DESCRIPTION,
     TIMEOUT_STATUS,
 )
-
-JOB = 4242
-USER = 1000
-
-
-@pytest.fixture
-def gate(port):
-    return Gate(port)
-
-
-def ev(timestamp, name, **context):
-    return (timestamp, name, context)
 
 
 def prolog_job(port, gate, *descriptions, timeout=None):
@@ -173,12 +162,6 @@ def test_hold_log_records_the_point(port, gate):
 
 
 # Recovery
-
-
-def recover(port, gate, state, events, happened=()):
-    port.add_job(JOB, state, USER, happened=happened)
-    gate.begin_recovery(JOB, USER)
-    gate.end_recovery(JOB, events)
 
 
 def test_recovery_rebuilds_a_pending_prolog_hold(port, gate):
