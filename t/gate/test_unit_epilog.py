@@ -1,7 +1,15 @@
 """Unit tests of the epilog point (flux_epilog_gate.gate.epilog) and the
 annotation of held jobs; no broker, the job-manager is a FakePort."""
 
-from unitgate import (
+from flux_epilog_gate.config import Config
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate
+from flux_epilog_gate.holds import (
+    ACTIVE,
+    HOLD_EVENT,
+    PENDING,
+)
+
+from .unitgate import (
     JOB,
     USER,
     annotations,
@@ -11,14 +19,6 @@ from unitgate import (
     logged,
     started_job_in_cleanup,
     state_of,
-)
-
-from flux_epilog_gate.config import Config
-from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate
-from flux_epilog_gate.holds import (
-    ACTIVE,
-    HOLD_EVENT,
-    PENDING,
 )
 
 # The epilog point

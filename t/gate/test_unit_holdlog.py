@@ -6,7 +6,6 @@ import syslog
 
 import pytest
 from fakeport import KVS
-from unitgate import JOB, USER, logged
 
 from flux_epilog_gate import holdlog
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate
@@ -19,6 +18,8 @@ from flux_epilog_gate.holds import (
     RELEASE_EVENT,
     Hold,
 )
+
+from .unitgate import JOB, USER, logged
 
 
 def hold_pending(port, gate, jobid, description="bb", timeout=None):

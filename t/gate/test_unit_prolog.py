@@ -4,7 +4,6 @@ job-manager is a FakePort driven by each test."""
 import errno
 
 import pytest
-from unitgate import JOB, USER, ev, recover
 
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
@@ -17,6 +16,8 @@ from flux_epilog_gate.holds import (
     RECOVERY_DESCRIPTION,
     TIMEOUT_STATUS,
 )
+
+from .unitgate import JOB, USER, ev, recover
 
 
 def prolog_job(port, gate, *descriptions, timeout=None):

@@ -3,15 +3,6 @@ job-manager rebuilds the holds from the eventlog; no broker, the
 job-manager is a FakePort."""
 
 import pytest
-from unitgate import (
-    JOB,
-    USER,
-    epilog_starts,
-    ev,
-    marked,
-    recover,
-    state_of,
-)
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
 from flux_epilog_gate.holds import (
@@ -20,6 +11,16 @@ from flux_epilog_gate.holds import (
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
+)
+
+from .unitgate import (
+    JOB,
+    USER,
+    epilog_starts,
+    ev,
+    marked,
+    recover,
+    state_of,
 )
 
 # Recovery (a new job-manager rebuilds the holds from the eventlog)

@@ -3,7 +3,14 @@
 job-manager is a FakePort."""
 
 import pytest
-from unitgate import (
+
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.holds import (
+    ACTIVE,
+    PENDING,
+)
+
+from .unitgate import (
     JOB,
     JOB2,
     USER,
@@ -13,12 +20,6 @@ from unitgate import (
     recover,
     started_job_in_cleanup,
     state_of,
-)
-
-from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-from flux_epilog_gate.holds import (
-    ACTIVE,
-    PENDING,
 )
 
 # Reload into the same job-manager (suspend, retrack, resume)

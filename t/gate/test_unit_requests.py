@@ -4,17 +4,6 @@ list and configured rules; no broker, the job-manager is a FakePort."""
 import errno
 
 import pytest
-from unitgate import (
-    JOB,
-    JOB2,
-    OTHER,
-    USER,
-    at_point,
-    epilog_starts,
-    held_job,
-    logged,
-    state_of,
-)
 
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
@@ -27,6 +16,18 @@ from flux_epilog_gate.holds import (
     RELEASE_EVENT,
 )
 from flux_epilog_gate.jobid import f58
+
+from .unitgate import (
+    JOB,
+    JOB2,
+    OTHER,
+    USER,
+    at_point,
+    epilog_starts,
+    held_job,
+    logged,
+    state_of,
+)
 
 # Registration
 

@@ -1,7 +1,14 @@
 """Unit tests of hold timeouts (flux_epilog_gate.gate.timeouts) and the
 notes of the exceptions they raise; no broker, the job-manager is a FakePort."""
 
-from unitgate import (
+from flux_epilog_gate.gate import CLEANUP
+from flux_epilog_gate.holdlog import MARKER
+from flux_epilog_gate.holds import (
+    ACTIVE,
+    TIMEOUT_STATUS,
+)
+
+from .unitgate import (
     JOB,
     USER,
     at_point,
@@ -9,13 +16,6 @@ from unitgate import (
     held_job,
     recover,
     state_of,
-)
-
-from flux_epilog_gate.gate import CLEANUP
-from flux_epilog_gate.holdlog import MARKER
-from flux_epilog_gate.holds import (
-    ACTIVE,
-    TIMEOUT_STATUS,
 )
 
 # Timeouts

@@ -1,7 +1,9 @@
 """Unit tests of watchers (flux_epilog_gate.gate.watchers); no broker, the
 job-manager is a FakePort."""
 
-from unitgate import (
+from flux_epilog_gate.gate import CLEANUP
+
+from .unitgate import (
     JOB,
     JOB2,
     OTHER,
@@ -10,8 +12,6 @@ from unitgate import (
     held_job,
     started_job_in_cleanup,
 )
-
-from flux_epilog_gate.gate import CLEANUP
 
 # Watch
 
