@@ -296,7 +296,7 @@ def test_unmarked_epilog_finish_of_another_plugin_does_not_end_a_hold(port):
     assert (hold.state, hold.t_start) == (ACTIVE, 50.0)
 
 
-def test_unmarked_epilog_start_is_not_the_recovery_placeholder(port):
+def test_unmarked_epilog_start_is_not_the_recovery_epilog(port):
     port.add_job(JOB, CLEANUP, USER)
     gate = Gate(port)
     gate.begin_recovery(JOB, USER)

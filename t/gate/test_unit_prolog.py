@@ -207,12 +207,12 @@ def test_job_entering_run_while_recovering_is_held_until_its_holds_are_known(
     gate.on_run(JOB)
     assert port.prologs_open(JOB) == [RECOVERY_DESCRIPTION]
     gate.end_recovery(JOB, [ev(1.0, HOLD_EVENT, description="s", point=PROLOG)])
-    # The recovered hold is active before the placeholder is finished.
+    # The recovered hold is active before the recovery prolog is finished.
     assert port.names(JOB) == ["prolog-start", "prolog-start", "prolog-finish"]
     assert port.prologs_open(JOB) == ["s"]
 
 
-def test_recovery_placeholder_without_holds_is_finished(port, gate):
+def test_recovery_prolog_without_holds_is_finished(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.begin_recovery(JOB, USER)
     port.set_state(JOB, RUN)

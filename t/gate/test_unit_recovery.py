@@ -199,7 +199,7 @@ def test_end_recovery_without_begin_does_nothing(port, gate):
     assert gate.jobs == {} and port.events == {}
 
 
-def test_cleanup_during_recovery_posts_the_placeholder_epilog_start(port, gate):
+def test_cleanup_during_recovery_posts_the_recovery_epilog_start(port, gate):
     port.add_job(JOB, RUN, USER)
     gate.begin_recovery(JOB, USER)
     port.set_state(JOB, CLEANUP)
@@ -207,7 +207,7 @@ def test_cleanup_during_recovery_posts_the_placeholder_epilog_start(port, gate):
     assert port.events[JOB] == [("epilog-start", {"description": RECOVERY_DESCRIPTION})]
 
 
-def test_placeholder_is_posted_once_however_many_callbacks(port, gate):
+def test_recovery_epilog_is_posted_once_however_many_callbacks(port, gate):
     port.add_job(JOB, RUN, USER)
     gate.begin_recovery(JOB, USER)
     port.set_state(JOB, CLEANUP)
@@ -217,7 +217,7 @@ def test_placeholder_is_posted_once_however_many_callbacks(port, gate):
     assert epilog_starts(port) == [RECOVERY_DESCRIPTION]
 
 
-def test_placeholder_is_finished_after_the_recovered_holds_activate(port, gate):
+def test_recovery_epilog_is_finished_after_the_recovered_holds_activate(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.begin_recovery(JOB, USER)
     port.set_state(JOB, CLEANUP)
@@ -231,7 +231,7 @@ def test_placeholder_is_finished_after_the_recovered_holds_activate(port, gate):
     assert port.outstanding(JOB) == ["bb"]
 
 
-def test_placeholder_is_finished_when_recovery_finds_no_holds(port, gate):
+def test_recovery_epilog_is_finished_when_recovery_finds_no_holds(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.begin_recovery(JOB, USER)
     port.set_state(JOB, CLEANUP)
@@ -241,7 +241,7 @@ def test_placeholder_is_finished_when_recovery_finds_no_holds(port, gate):
     assert gate.jobs == {}
 
 
-def test_placeholder_left_open_by_a_previous_run_is_finished(port, gate):
+def test_recovery_epilog_left_open_by_a_previous_run_is_finished(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
         marked(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
@@ -253,7 +253,7 @@ def test_placeholder_left_open_by_a_previous_run_is_finished(port, gate):
     ]
 
 
-def test_placeholder_closed_by_a_previous_run_is_not_finished_again(port, gate):
+def test_recovery_epilog_closed_by_a_previous_run_is_not_finished_again(port, gate):
     events = [
         ev(101.0, HOLD_EVENT, description="bb"),
         marked(102.0, "epilog-start", description=RECOVERY_DESCRIPTION),
@@ -284,7 +284,7 @@ def test_release_during_recovery_keeps_the_job_tracked(port, gate):
     assert JOB in gate.jobs and gate.jobs[JOB].recovering
 
 
-def test_recovered_job_going_inactive_forgets_its_history(port, gate):
+def test_recovered_job_going_inactive_forgets_its_replayed_progress(port, gate):
     recover(port, gate, RUN, [ev(100.0, "alloc"), ev(101.0, "start")])
     assert JOB in gate.replayed_progress
     gate.on_inactive(JOB)

@@ -95,7 +95,7 @@ def test_resume_treats_jobs_not_seen_as_inactive(port, gate):
     assert port.armed_timers() == []
 
 
-def test_resume_forgets_history_of_jobs_not_seen(port, gate):
+def test_resume_forgets_replayed_progress_of_jobs_not_seen(port, gate):
     recover(port, gate, RUN, [ev(100.0, "alloc"), ev(101.0, "start")])
     gate.suspend()
     gate.resume(set())
