@@ -5,20 +5,50 @@ its epilog point, *active* once ``epilog-start`` has been posted for it, and
 gone once ``epilog-finish`` has been posted or it was cancelled while
 pending.  A *prolog* hold (``point`` :data:`PROLOG`) is the same with the
 job's start for the epilog point and ``prolog-start``/``prolog-finish`` for
-the epilog events (see :mod:`flux_epilog_gate.prolog`).
+the epilog events (see :mod:`flux_epilog_gate.gate.prolog`).
 """
 
 import re
+from enum import StrEnum
 
-#: Where a hold keeps its job: before its clean, or before its start.
-EPILOG = "epilog"
-PROLOG = "prolog"
-POINTS = (EPILOG, PROLOG)
 
-PENDING = "pending"
-ACTIVE = "active"
-#: A released, timed out or cancelled hold (no longer on its job).
-GONE = "gone"
+class Point(StrEnum):
+    """Where a hold keeps its job: before its clean, or before its start."""
+
+    EPILOG = "epilog"
+    PROLOG = "prolog"
+
+
+class HoldState(StrEnum):
+    """Where a hold is in its life (the ``state`` of a ``list`` entry)."""
+
+    PENDING = "pending"
+    ACTIVE = "active"
+    #: Released, timed out or cancelled (no longer on its job).
+    GONE = "gone"
+
+
+class Reason(StrEnum):
+    """Why a hold is gone: what a late ``release`` answers."""
+
+    RELEASED = "released"
+    TIMED_OUT = "timed out"
+    WITHDRAWN = "withdrawn: its record could not be committed"
+    #: Finished by the instance's shutdown (:mod:`flux_epilog_gate.shutdown`).
+    SHUTDOWN = "finished by shutdown"
+    JOB_INACTIVE = "job is inactive"
+    #: A pending prolog hold whose job ended before it started ...
+    NEVER_STARTED = "job ended before it started"
+    #: ... or started while the gate was not loaded.
+    STARTED_UNGATED = "job started while epilog-gate was not loaded"
+    #: A prolog hold whose prolog-start could not be posted.
+    PROLOG_START_FAILED = "prolog-start failed"
+
+
+# The members by their short names, as the gate's modules use them.
+EPILOG, PROLOG = Point
+POINTS = tuple(point.value for point in Point)
+PENDING, ACTIVE, GONE = HoldState
 
 #: ``epilog-finish`` status posted when a hold's timeout expires.
 TIMEOUT_STATUS = 124
@@ -27,7 +57,7 @@ TIMEOUT_STATUS = 124
 #: (see :mod:`flux_epilog_gate.shutdown`): 128 + SIGTERM, the status of a
 #: command terminated by the shutdown; and the reason ``release`` answers.
 SHUTDOWN_STATUS = 143
-SHUTDOWN_REASON = "finished by shutdown"
+SHUTDOWN_REASON = Reason.SHUTDOWN
 
 #: Job exception type raised for a failed or timed-out hold (severity 1).
 EXCEPTION_TYPE = "epilog"

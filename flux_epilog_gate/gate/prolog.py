@@ -29,19 +29,11 @@ gate's port (``prolog_start``, ``prolog_finish``, ``raise_fatal``,
 import errno
 import syslog
 
-from .errors import GateError
-from .holdlog import MARKER
-from .holds import ACTIVE, GONE, PENDING, PROLOG, RECOVERY_DESCRIPTION
-from .jobid import f58
-
-# flux_job_state_t (as in gate.py)
-RUN = 16
-CLEANUP = 32
-
-#: Reason a pending prolog hold is gone when its job ends before it starts.
-NEVER_STARTED = "job ended before it started"
-#: ... and when the job started while the gate was not loaded.
-STARTED_UNGATED = "job started while epilog-gate was not loaded"
+from ..errors import GateError
+from ..holdlog import MARKER
+from ..holds import ACTIVE, GONE, PENDING, PROLOG, RECOVERY_DESCRIPTION, Reason
+from ..jobid import f58
+from .states import CLEANUP, RUN
 
 
 def is_prolog(hold):
@@ -73,7 +65,7 @@ class Prologs:
         if (
             state == RUN
             and job is not None
-            and (job.start_held or job.prolog_placeholder)
+            and (job.start_held or job.recovery_prolog_at)
         ):
             return
         if state == RUN:
@@ -114,7 +106,7 @@ class Prologs:
             if not is_prolog(hold):
                 continue
             if hold.state == PENDING:
-                self._drop(job, hold, NEVER_STARTED)
+                self._drop(job, hold, Reason.NEVER_STARTED)
             elif not hold.aborted:
                 hold.aborted = True
                 self.gate._notify(hold)
@@ -123,7 +115,6 @@ class Prologs:
         """End active prolog hold ``hold`` (already off the job); ``note``
         replaces the exception's usual note."""
         if status != 0:
-            self.gate.stats["failed"] += 1
             # Before prolog-finish: once the job's last prolog action is
             # finished, the start request goes out at once.
             self._raise(job, hold, status, reason, note)
@@ -150,26 +141,24 @@ class Prologs:
         """One ``prolog-*`` entry of a recovering job's eventlog."""
         description = context.get("description")
         if description == RECOVERY_DESCRIPTION:
-            if timestamp < (job.prolog_placeholder or float("inf")):
-                job.prolog_placeholders += 1 if name == "prolog-start" else -1
+            if timestamp < (job.recovery_prolog_at or float("inf")):
+                job.recovery_prologs_open += 1 if name == "prolog-start" else -1
             return
         if not context.get(MARKER):
             return
         if name == "prolog-start":
-            hold = self.gate._replayed_hold(job, timestamp, context, PROLOG)
-            hold.state = ACTIVE
-            hold.t_start = timestamp
+            self.gate._replay_start(job, timestamp, context, PROLOG)
         elif name == "prolog-finish":
             hold = job.holds.get(description)
             if hold is not None and is_prolog(hold):
                 del job.holds[description]
-                self.gate.gone.add(job.id, description, "released")
+                self.gate.gone.add(job.id, description, Reason.RELEASED)
 
     def recovered(self, job, state):
         """A job's holds are known again (after a restart or a reload) and
         it is in ``state``: carry its prolog holds on from there."""
         job.start_held = bool(active_prologs(job)) or bool(
-            job.prolog_placeholder or job.prolog_placeholders > 0
+            job.recovery_prolog_at or job.recovery_prologs_open > 0
         )
         for hold in list(job.holds.values()):
             if not is_prolog(hold):
@@ -177,15 +166,15 @@ class Prologs:
             if hold.state == ACTIVE and state == CLEANUP:
                 hold.aborted = True
             elif hold.state == PENDING and state == CLEANUP:
-                self._drop(job, hold, NEVER_STARTED)
+                self._drop(job, hold, Reason.NEVER_STARTED)
             elif hold.state == PENDING and state == RUN:
                 if job.start_held:
                     self.activate(job, hold)
                 else:
-                    self._drop(job, hold, STARTED_UNGATED)
+                    self._drop(job, hold, Reason.STARTED_UNGATED)
             elif hold.state == PENDING:
                 self._want_run(job)
-        self._end_placeholders(job)
+        self._end_recovery_prologs(job)
 
     # Internals
 
@@ -197,19 +186,13 @@ class Prologs:
                 exc, f"posting prolog-start to job {f58(hold.id)}"
             ) from None
         job.start_held = True
-        hold.state = ACTIVE
-        hold.t_start = self.port.now()
-        self.gate.stats["activated"] += 1
-        self.gate._arm_timer(hold)
-        self.gate._notify(hold)
-        if self.gate.shutdown is not None:
-            self.gate.shutdown.activated(hold)
+        self.gate._activated(hold)
 
     def _not_held(self, job, hold, exc):
         # The start cannot be kept back for this hold: the job must not
         # start without its setup, so fail it (and say why).
         self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
-        self._drop(job, hold, "prolog-start failed")
+        self._drop(job, hold, Reason.PROLOG_START_FAILED)
         try:
             self.port.raise_fatal(
                 job.id,
@@ -231,7 +214,7 @@ class Prologs:
         hold.state = GONE
         self.gate.gone.add(job.id, hold.description, reason)
         self.gate.stats["cancelled"] += 1
-        self.gate.record.cancel(hold)
+        self.gate.holdlog.cancel(hold)
         if not job.holds and not job.recovering:
             self.gate._untrack(job)
 
@@ -246,7 +229,7 @@ class Prologs:
     def _hold_for_recovery(self, job):
         # Still reading the eventlog: keep the start request back until we
         # know which prolog holds this job has.
-        if not job.prolog_placeholder:
+        if not job.recovery_prolog_at:
             try:
                 self.port.prolog_start(job.id, RECOVERY_DESCRIPTION, None)
             except OSError as exc:
@@ -254,12 +237,12 @@ class Prologs:
                     syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-start: {exc}"
                 )
                 return
-            job.prolog_placeholder = self.port.now()
+            job.recovery_prolog_at = self.port.now()
 
-    def _end_placeholders(self, job):
-        count = max(0, job.prolog_placeholders) + (1 if job.prolog_placeholder else 0)
-        job.prolog_placeholder = None
-        job.prolog_placeholders = 0
+    def _end_recovery_prologs(self, job):
+        count = max(0, job.recovery_prologs_open) + (1 if job.recovery_prolog_at else 0)
+        job.recovery_prolog_at = None
+        job.recovery_prologs_open = 0
         job.start_held = bool(active_prologs(job))
         for _ in range(count):
             try:

@@ -1,4 +1,4 @@
-"""Unit tests of prolog holds (flux_epilog_gate.prolog), no broker: the
+"""Unit tests of prolog holds (flux_epilog_gate.gate.prolog), no broker: the
 job-manager is a FakePort driven by each test."""
 
 import errno
@@ -6,7 +6,7 @@ import errno
 import pytest
 
 from flux_epilog_gate.errors import GateError
-from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
 from flux_epilog_gate.holdlog import MARKER
 from flux_epilog_gate.holds import (
     ACTIVE,
@@ -17,17 +17,7 @@ from flux_epilog_gate.holds import (
     TIMEOUT_STATUS,
 )
 
-JOB = 4242
-USER = 1000
-
-
-@pytest.fixture
-def gate(port):
-    return Gate(port)
-
-
-def ev(timestamp, name, **context):
-    return (timestamp, name, context)
+from .unitgate import JOB, USER, ev, recover
 
 
 def prolog_job(port, gate, *descriptions, timeout=None):
@@ -175,12 +165,6 @@ def test_hold_log_records_the_point(port, gate):
 # Recovery
 
 
-def recover(port, gate, state, events, happened=()):
-    port.add_job(JOB, state, USER, happened=happened)
-    gate.begin_recovery(JOB, USER)
-    gate.end_recovery(JOB, events)
-
-
 def test_recovery_rebuilds_a_pending_prolog_hold(port, gate):
     recover(port, gate, SCHED, [ev(1.0, HOLD_EVENT, description="s", point=PROLOG)])
     (entry,) = gate.list()
@@ -223,12 +207,12 @@ def test_job_entering_run_while_recovering_is_held_until_its_holds_are_known(
     gate.on_run(JOB)
     assert port.prologs_open(JOB) == [RECOVERY_DESCRIPTION]
     gate.end_recovery(JOB, [ev(1.0, HOLD_EVENT, description="s", point=PROLOG)])
-    # The recovered hold is active before the placeholder is finished.
+    # The recovered hold is active before the recovery prolog is finished.
     assert port.names(JOB) == ["prolog-start", "prolog-start", "prolog-finish"]
     assert port.prologs_open(JOB) == ["s"]
 
 
-def test_recovery_placeholder_without_holds_is_finished(port, gate):
+def test_recovery_prolog_without_holds_is_finished(port, gate):
     port.add_job(JOB, SCHED, USER)
     gate.begin_recovery(JOB, USER)
     port.set_state(JOB, RUN)

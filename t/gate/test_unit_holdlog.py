@@ -19,18 +19,7 @@ from flux_epilog_gate.holds import (
     Hold,
 )
 
-JOB = 4242
-USER = 1000
-
-
-@pytest.fixture
-def gate(port):
-    return Gate(port)
-
-
-def logged(port):
-    """What the hold log holds, by job."""
-    return parse(port.kvs.get(KEY, ""))[0]
+from .unitgate import JOB, USER, logged
 
 
 def hold_pending(port, gate, jobid, description="bb", timeout=None):
@@ -87,7 +76,7 @@ def test_holds_made_while_a_commit_is_in_flight_share_the_next_one(port, gate):
     assert all(key == KEY and append for key, _, append in port.commits)
     assert sorted(parse(first[1])[0]) == [1]
     assert sorted(parse(second[1])[0]) == list(range(2, 51))
-    assert port.synced == [True, True] and gate.record.commits == 2
+    assert port.synced == [True, True] and gate.holdlog.commits == 2
 
 
 def test_done_is_called_when_the_batch_of_the_record_is_committed(port, gate):
@@ -191,7 +180,7 @@ def test_suspend_answers_waiting_requests_and_resume_writes_them_again(port, gat
 def test_nothing_but_records_are_written(port, gate):
     port.add_job(JOB, CLEANUP, USER)
     gate.hold(JOB, "bb")
-    assert gate.record.commits == 1
+    assert gate.holdlog.commits == 1
 
 
 def test_log_is_replaced_by_a_snapshot_of_current_holds_every_max_appends(port, gate):
@@ -218,7 +207,7 @@ def test_snapshot_keeps_recent_releases_of_active_holds(port, gate):
         port.advance(RELEASE_GRACE)
         gate.release(jobid, "bb", jobid)
     port.advance(RELEASE_GRACE / 2)
-    gate.record.appends = holdlog.MAX_APPENDS
+    gate.holdlog.appends = holdlog.MAX_APPENDS
     hold_pending(port, gate, 9999)
     _, text, append = port.commits[-1]
     assert not append
@@ -237,7 +226,7 @@ def test_snapshot_keeps_recent_releases_of_active_holds(port, gate):
 def test_no_snapshot_while_a_job_is_being_recovered(port, gate):
     port.add_job(7, SCHED, USER)
     gate.begin_recovery(7, USER)
-    gate.record.appends = holdlog.MAX_APPENDS
+    gate.holdlog.appends = holdlog.MAX_APPENDS
     hold_pending(port, gate, JOB)
     assert port.commits[-1][2] is True
 
@@ -307,7 +296,7 @@ def test_unmarked_epilog_finish_of_another_plugin_does_not_end_a_hold(port):
     assert (hold.state, hold.t_start) == (ACTIVE, 50.0)
 
 
-def test_unmarked_epilog_start_is_not_the_recovery_placeholder(port):
+def test_unmarked_epilog_start_is_not_the_recovery_epilog(port):
     port.add_job(JOB, CLEANUP, USER)
     gate = Gate(port)
     gate.begin_recovery(JOB, USER)

@@ -1,0 +1,182 @@
+"""Requests: hold, release and list (validated by
+:mod:`flux_epilog_gate.protocol` before they get here), and the holds
+that configured rules give new jobs."""
+
+import errno
+import syslog
+
+from ..errors import GateError
+from ..holdlog import NotConfirmed
+from ..holds import ACTIVE, EPILOG, PROLOG, Hold, Reason
+from ..jobid import f58
+from .states import INACTIVE
+
+
+class Requests:
+    """Part of :class:`~flux_epilog_gate.gate.Gate`: what clients ask."""
+
+    def hold(self, jobid, description, timeout=None, point=EPILOG, done=None):
+        """Register a hold; return ``(hold, created)``.
+
+        Holding the same ``(jobid, description)`` again answers the
+        existing hold.  ``point`` is where the hold keeps the job: its
+        clean (``"epilog"``) or its start (``"prolog"``).  The hold is in
+        force at once; ``done(hold, error)`` is called once its record is
+        durable (``error`` None), the moment to answer the request.  If
+        the record cannot be committed, a hold this call created is
+        withdrawn before ``done`` is told the error.
+        """
+        job = self.jobs.get(jobid)
+        if job and description in job.holds:
+            existing = self._same_hold(job.holds[description], point)
+            if done is not None:
+                self.holdlog.barrier(lambda error: done(existing, error))
+            return existing, False
+        state, userid = self._check_hold(job, jobid, description, point)
+        if timeout is None:
+            timeout = self.config.timeout
+        hold = Hold(jobid, description, userid, self.port.now(), timeout, point)
+        tracked = job is not None
+        job = job or self._track(jobid, userid)
+        try:
+            self._place(job, hold, state)
+        except GateError:
+            if not tracked:
+                self._untrack(job)
+            raise
+        job.holds[description] = hold
+        if hold.state == ACTIVE:
+            self._annotate(job)
+        self.gone.discard(jobid, description)
+        self.stats["held"] += 1
+        self.holdlog.hold(
+            hold, None if done is None else lambda error: self._held(hold, error, done)
+        )
+        return hold, True
+
+    def _check_hold(self, job, jobid, description, point):
+        """Raise GateError if a new hold cannot be registered; else return
+        the job's ``(state, userid)``."""
+        if self.shutdown is not None:
+            self.shutdown.check_hold(jobid, description)
+        state, userid = self._job_info(jobid)
+        if state == INACTIVE:
+            raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
+        if point == PROLOG:
+            self.prolog.check(job, jobid, state)
+        if job and len(job.holds) >= self.config.max_holds:
+            raise GateError(
+                errno.ENOSPC,
+                f"job {f58(jobid)} already has {len(job.holds)} holds "
+                f"(max-holds={self.config.max_holds})",
+            )
+        return state, userid
+
+    def _place(self, job, hold, state):
+        """Make a new hold pending or, past its point, active at once."""
+        if hold.point == PROLOG:
+            self.prolog.place(job, hold, state)
+        elif not job.recovering and (job.at_point or self._past_point(job, state)):
+            self._activate(hold)
+            job.at_point = True
+
+    def _held(self, hold, error, done):
+        if error is not None and not isinstance(error, NotConfirmed):
+            self._withdraw(hold)
+        done(hold, error)
+
+    def _withdraw(self, hold):
+        """Undo a hold whose record could not be committed (if it is still
+        there): its request is answered with an error."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        self.port.log(
+            syslog.LOG_ERR,
+            f"{f58(hold.id)}: hold {hold.description} withdrawn: "
+            "its record could not be committed",
+        )
+        self._finish(job, hold, 0, Reason.WITHDRAWN)
+
+    def apply_rules(self, jobid, attributes):
+        """Register the holds that configured rules give a new job."""
+        for rule in self.config.rules:
+            if rule.matches(attributes):
+                try:
+                    self.hold(jobid, rule.description, rule.timeout, rule.point)
+                except GateError as exc:
+                    self.port.log(
+                        syslog.LOG_ERR,
+                        f"{f58(jobid)}: rule {rule.attribute}: {exc.message}",
+                    )
+
+    def release(self, jobid, description, status=0, done=None):
+        """Release a hold; return ``(released, reason)``.
+
+        The release takes effect at once; ``done((released, reason),
+        error)`` is called once its record (if it needs one) and every
+        record before it are durable.
+        """
+        job = self.jobs.get(jobid)
+        hold = job.holds.get(description) if job else None
+        if hold is None:
+            result = (False, self._why_gone(jobid, description, job))
+        else:
+            result = (True, None)
+        # Bound before anything is recorded: done() may run at once.
+        recorded = None if done is None else lambda error: done(result, error)
+        if hold is None:
+            if recorded is not None:
+                self.holdlog.barrier(recorded)
+        else:
+            self._finish(job, hold, status, Reason.RELEASED, recorded)
+        return result
+
+    def list(self, jobid=None, userid=None):
+        """Return list entries of all holds, or of one job's; only those of
+        ``userid``'s jobs when it is given."""
+        if jobid is not None:
+            if jobid not in self.jobs:
+                self._job_info(jobid)  # unknown job: ENOENT
+            jobs = [self.jobs[jobid]] if jobid in self.jobs else []
+        else:
+            jobs = self.jobs.values()
+        return [
+            hold.to_dict()
+            for job in jobs
+            if userid is None or job.userid == userid
+            for hold in job.holds.values()
+        ]
+
+    def _job_info(self, jobid):
+        try:
+            return self.port.job_info(jobid)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}") from None
+            raise GateError.from_oserror(exc, f"looking up job {f58(jobid)}") from None
+
+    def _why_gone(self, jobid, description, job):
+        reason = self.gone.get(jobid, description)
+        if reason:
+            return reason
+        state, _ = self._job_info(jobid)
+        if state == INACTIVE:
+            return Reason.JOB_INACTIVE
+        held = ", ".join(sorted(job.holds)) if job and job.holds else ""
+        raise GateError(
+            errno.ENOENT,
+            f"job {f58(jobid)} has no hold {description}"
+            + (f" (it holds: {held})" if held else " (it has no holds)"),
+        )
+
+    @staticmethod
+    def _same_hold(hold, point):
+        """The existing hold asked for again, if at the same point."""
+        if hold.point != point:
+            raise GateError(
+                errno.EEXIST,
+                f"job {f58(hold.id)} already has hold {hold.description} "
+                f"at its {hold.point} point",
+            )
+        return hold
