@@ -89,6 +89,12 @@ def submit_cores(handle, cores, duration=None, urgency=None):
     return flux.job.submit(handle, spec, **kwargs)
 
 
+def described(description):
+    """A ``match`` for :func:`wait_event`: the event's context names
+    ``description``."""
+    return lambda context: context.get("description") == description
+
+
 def named(events, name, description=None):
     """The events called ``name`` (for ``description``, if given)."""
     return [

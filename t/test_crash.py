@@ -15,6 +15,7 @@ import time
 import flux.job
 import pytest
 from jobs import (
+    described,
     eventlog,
     named,
     names,
@@ -74,11 +75,7 @@ def cancelled_at_point(handle, gate, jobids, description):
     for jobid in jobids:
         flux.job.cancel(handle, jobid)
     for jobid in jobids:
-        wait_event(handle, jobid, "epilog-start", match=_for(description))
-
-
-def _for(description):
-    return lambda context: context.get("description") == description
+        wait_event(handle, jobid, "epilog-start", match=described(description))
 
 
 def test_acknowledged_holds_survive_sigkill(inst):
