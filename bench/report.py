@@ -70,11 +70,18 @@ def fmt(value, digits=2):
 
 def report(results):
     """The table, as text."""
+    lines = _header(results)
+    for section in (_targets, _ratios, _throughput, _latency, _scale):
+        lines.extend(section(results))
+    return "\n".join(lines)
+
+
+def _header(results):
+    """Mode, flux-core, machine and its load."""
     lines = []
     add = lines.append
     host = results["host"]
     quick = results["mode"] == "quick"
-    params = results["params"]
     add(
         f"epilog-gate benchmark, {results['mode']} mode"
         + ("  (QUICK: checks the harness, the figures mean nothing)" if quick else "")
@@ -94,6 +101,14 @@ def report(results):
             f"{min(during):.2f}..{max(during):.2f}"
         )
     add("")
+    return lines
+
+
+def _targets(results):
+    """The targets, and the A/A control to read them against."""
+    lines = []
+    add = lines.append
+    quick = results["mode"] == "quick"
     add("TARGETS")
     for t in results["targets"]:
         verdict = "met" if t["met"] else "MISSED"
@@ -110,62 +125,90 @@ def report(results):
             f"{'':>9}  {fmt(control['jobs_per_s']):>10}  exception path, "
             f"{fmt(normal['jobs_per_s'])} normal path"
         )
-    if tp:
-        add("")
-        reps = params["reps"]
-        add(f"RATIOS: median of {reps} paired per-repetition ratios [min..max]")
-        add(
-            f"  {'':<26}{'jobs/s exception':>22}{'jobs/s normal':>22}"
-            f"{'JM CPU/job exc.':>18}{'JM CPU/job norm.':>18}"
-        )
-        names = sorted(
-            {k.rsplit("/", 1)[0] for k in tp["ratios"]},
-            key=lambda n: list(tp["ratios"]).index(
-                next(k for k in tp["ratios"] if k.startswith(n + "/"))
-            ),
-        )
-        for name in names:
-            if f"{name}/exception" not in tp["ratios"]:
-                continue
-            row = f"  {name.replace('/', ' / '):<26}"
-            for key in ("jobs_per_s",):
-                for workload in ("exception", "normal"):
-                    r = tp["ratios"][f"{name}/{workload}"]
-                    reps = r[f"{key}_reps"]
-                    row += f"{fmt(r[key]):>8} [{fmt(min(reps))}..{fmt(max(reps))}]"
+    return lines
+
+
+def _ratios(results):
+    """The paired jobs/s and CPU ratios."""
+    lines = []
+    add = lines.append
+    tp = results.get("throughput")
+    if not tp:
+        return lines
+    params = results["params"]
+    add("")
+    reps = params["reps"]
+    add(f"RATIOS: median of {reps} paired per-repetition ratios [min..max]")
+    add(
+        f"  {'':<26}{'jobs/s exception':>22}{'jobs/s normal':>22}"
+        f"{'JM CPU/job exc.':>18}{'JM CPU/job norm.':>18}"
+    )
+    names = sorted(
+        {k.rsplit("/", 1)[0] for k in tp["ratios"]},
+        key=lambda n: list(tp["ratios"]).index(
+            next(k for k in tp["ratios"] if k.startswith(n + "/"))
+        ),
+    )
+    for name in names:
+        if f"{name}/exception" not in tp["ratios"]:
+            continue
+        row = f"  {name.replace('/', ' / '):<26}"
+        for key in ("jobs_per_s",):
             for workload in ("exception", "normal"):
-                row += f"{fmt(tp['ratios'][f'{name}/{workload}']['jm_cpu']):>18}"
-            add(row)
-        for name in names:
-            r = tp["ratios"].get(f"{name}/perilog")
-            if r:
-                reps = r["jobs_per_s_reps"]
-                add(
-                    f"  {name.replace('/', ' / '):<26} perilog path (prolog + "
-                    f"epilog hold): {fmt(r['jobs_per_s'])} "
-                    f"[{fmt(min(reps))}..{fmt(max(reps))}], JM CPU/job "
-                    f"{fmt(r['jm_cpu'])}"
-                )
-        add("")
-        add(
-            f"THROUGHPUT: median over repetitions [min..max]; "
-            f"{params['jobs_exception']} exception-path, {params['jobs_normal']} "
-            f"normal-path, {params.get('jobs_perilog')} perilog-path jobs per run"
-        )
-        add(
-            f"  {'config':<16}{'workload':<11}{'jobs/s':>8} {'[min..max]':<19}"
-            f"{'JM us/job':>11}{'broker us/job':>15}{'client us/job':>15}"
-        )
-        for key, f in tp["figures"].items():
-            config, workload = key.split("/")
-            j = f["jobs_per_s"]
-            spread = f"[{fmt(j['min'], 1)}..{fmt(j['max'], 1)}]"
+                r = tp["ratios"][f"{name}/{workload}"]
+                reps = r[f"{key}_reps"]
+                row += f"{fmt(r[key]):>8} [{fmt(min(reps))}..{fmt(max(reps))}]"
+        for workload in ("exception", "normal"):
+            row += f"{fmt(tp['ratios'][f'{name}/{workload}']['jm_cpu']):>18}"
+        add(row)
+    for name in names:
+        r = tp["ratios"].get(f"{name}/perilog")
+        if r:
+            reps = r["jobs_per_s_reps"]
             add(
-                f"  {config:<16}{workload:<11}{fmt(j['median'], 1):>8} {spread:<19}"
-                + f"{fmt(f['jm_cpu_us_per_job']['median'], 0):>11}"
-                f"{fmt(f['broker_cpu_us_per_job']['median'], 0):>15}"
-                f"{fmt(f['client_cpu_us_per_job']['median'], 0):>15}"
+                f"  {name.replace('/', ' / '):<26} perilog path (prolog + "
+                f"epilog hold): {fmt(r['jobs_per_s'])} "
+                f"[{fmt(min(reps))}..{fmt(max(reps))}], JM CPU/job "
+                f"{fmt(r['jm_cpu'])}"
             )
+    return lines
+
+
+def _throughput(results):
+    """jobs/s and CPU per job of each configuration and workload."""
+    lines = []
+    add = lines.append
+    tp = results.get("throughput")
+    if not tp:
+        return lines
+    params = results["params"]
+    add("")
+    add(
+        f"THROUGHPUT: median over repetitions [min..max]; "
+        f"{params['jobs_exception']} exception-path, {params['jobs_normal']} "
+        f"normal-path, {params.get('jobs_perilog')} perilog-path jobs per run"
+    )
+    add(
+        f"  {'config':<16}{'workload':<11}{'jobs/s':>8} {'[min..max]':<19}"
+        f"{'JM us/job':>11}{'broker us/job':>15}{'client us/job':>15}"
+    )
+    for key, f in tp["figures"].items():
+        config, workload = key.split("/")
+        j = f["jobs_per_s"]
+        spread = f"[{fmt(j['min'], 1)}..{fmt(j['max'], 1)}]"
+        add(
+            f"  {config:<16}{workload:<11}{fmt(j['median'], 1):>8} {spread:<19}"
+            + f"{fmt(f['jm_cpu_us_per_job']['median'], 0):>11}"
+            f"{fmt(f['broker_cpu_us_per_job']['median'], 0):>15}"
+            f"{fmt(f['client_cpu_us_per_job']['median'], 0):>15}"
+        )
+    return lines
+
+
+def _latency(results):
+    """Release -> clean latencies."""
+    lines = []
+    add = lines.append
     lat = results.get("latency")
     if lat:
         add("")
@@ -179,6 +222,14 @@ def report(results):
                 f"  {name:<16} p50 {fmt(r['p50_ms'])} ms   p99 {fmt(r['p99_ms'])} ms"
                 f"   max {fmt(r['max_ms'])} ms"
             )
+    return lines
+
+
+def _scale(results):
+    """Holds at scale: list, memory, Python state."""
+    lines = []
+    add = lines.append
+    params = results["params"]
     scale = results.get("scale")
     if scale:
         add("")
@@ -212,4 +263,4 @@ def report(results):
                 else scale.get("python_state_error", "n/a")
             )
         )
-    return "\n".join(lines)
+    return lines
