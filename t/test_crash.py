@@ -20,6 +20,7 @@ from jobs import (
     named,
     names,
     query,
+    recorded,
     settle,
     submit,
     wait_event,
@@ -50,9 +51,8 @@ def wait_recorded(inst, jobids, timeout=10.0):
     gate writes it)."""
     deadline = time.monotonic() + timeout
     while True:
-        done = inst.flux("kvs", "get", KEY, check=False)
-        jobs = parse(done.stdout if done.returncode == 0 else "")[0]
-        if all(jobid in jobs for jobid in jobids):
+        now = recorded(inst)
+        if all(jobid in now for jobid in jobids):
             return
         assert time.monotonic() < deadline, "holds not recorded"
         time.sleep(0.05)
