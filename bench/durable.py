@@ -28,31 +28,26 @@ import datetime
 import json
 import multiprocessing
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 
-import flux
-import flux.job
-
-import flux_epilog_gate  # noqa: F401  (puts flux-core's bindings on sys.path)
-from flux_epilog_gate import plugin_path
-from flux_epilog_gate.testing import Instance
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import (  # noqa: E402
-    BASE_CONFIG,
+
+import flux  # noqa: E402
+from client import submit_waiting  # noqa: E402
+from common import (  # noqa: E402
     DESCRIPTION,
-    GATE_SERVICE,
-    NATIVE_SERVICE,
     RESULTS,
-    build_native,
+    Plugins,
+    flux_version,
+    host,
     loadavg,
     percentile,
+    spec_for,
 )
+from observer import gate_counters  # noqa: E402
 
 #: name -> (plugin kind, plugin options).
 CONFIGS = {
@@ -133,44 +128,25 @@ def measure(inst, topic, jobids, clients, window):
     }
 
 
-def submit_waiting(handle, count, window=256):
-    """Submit ``count`` jobs held in SCHED (urgency 0), ``window`` in
-    flight at a time (thousands of futures waited on one by one with
-    get() can abort in flux-core's client library)."""
-    encoded = flux.job.JobspecV1.from_command(["true"]).dumps()
-    ids = []
-    while len(ids) < count:
-        futures = [
-            flux.job.submit_async(handle, encoded, urgency=0)
-            for _ in range(min(window, count - len(ids)))
-        ]
-        ids.extend(int(f.get_id()) for f in futures)
-    return ids
-
-
 def log_commits(inst):
-    out = inst.flux("jobtap", "query", "epilog-gate.so").stdout
-    return json.loads(out)["counters"]["log_commits"]
+    return gate_counters(inst)["log_commits"]
 
 
 class Target:
     """One configuration's instance, and the figures measured on it."""
 
-    def __init__(self, name, path, options):
+    def __init__(self, name, plugins):
         self.name = name
-        self.kind = CONFIGS[name][0]
-        service = GATE_SERVICE if self.kind == "gate" else NATIVE_SERVICE
-        self.topic = f"{service}.hold"
-        self.inst = Instance(
-            cores=64, plugin=path, plugin_conf=options, config=BASE_CONFIG
-        )
+        self.kind, options = CONFIGS[name]
+        self.topic = f"{plugins.service(self.kind)}.hold"
+        self.inst = plugins.instance(self.kind, 64, options)
         self.inst.start()
         self.handle = self.inst.handle()
         self.reps = {mode: [] for mode in MODES}
 
     def measure(self, mode, count):
         clients, window = MODES[mode]
-        jobids = submit_waiting(self.handle, count)
+        jobids = submit_waiting(self.handle, count, spec_for("exception"))
         time.sleep(0.5)  # let the submissions' events settle
         before = log_commits(self.inst) if self.kind == "gate" else None
         row = measure(self.inst, self.topic, jobids, clients, window)
@@ -197,7 +173,7 @@ class Target:
         self.inst.cleanup()
 
 
-def run_all(paths, args):
+def run_all(plugins, args):
     """Every configuration's instance runs throughout; each repetition
     measures every mode on every configuration in turn, the order of
     the configurations rotated from one repetition to the next, so that
@@ -205,8 +181,7 @@ def run_all(paths, args):
     targets = []
     try:
         for name in args.configs:
-            kind, options = CONFIGS[name]
-            targets.append(Target(name, paths[kind], options))
+            targets.append(Target(name, plugins))
         for rep in range(args.reps):
             shift = rep % len(targets)
             order = targets[shift:] + targets[:shift]
@@ -269,18 +244,15 @@ def main(argv=None):
     results = {
         "mode": "quick" if args.quick else "full",
         "started": datetime.datetime.now(datetime.timezone.utc).isoformat(),
-        "host": {"node": platform.node(), "cpus": os.cpu_count()},
+        "host": host(),
         "loadavg_start": loadavg(),
-        "flux": subprocess.run(["flux", "version"], capture_output=True, text=True)
-        .stdout.split("\n")[0]
-        .split()[-1],
+        "flux": flux_version(),
         "params": {"holds": args.holds, "reps": args.reps},
         "configs": args.configs,
         "figures": {},
     }
     with tempfile.TemporaryDirectory(prefix="epilog-gate-durable-") as tmpdir:
-        paths = {"gate": plugin_path(), "native": build_native(tmpdir)}
-        results["figures"] = run_all(paths, args)
+        results["figures"] = run_all(Plugins(tmpdir), args)
     results["loadavg_end"] = loadavg()
     print(report(results))
     output = args.output

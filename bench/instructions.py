@@ -28,11 +28,15 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
-import run as bench  # noqa: E402
+import options  # noqa: E402
+from client import Client  # noqa: E402
+from common import RESULTS, Plugins, spec_for  # noqa: E402
+from observer import Broker  # noqa: E402
+from throughput import drive  # noqa: E402
 
 #: bench/run.py's configurations, and the gate with annotations on (what
 #: they cost is counted here only: they do not change jobs/s measurably).
-CONFIGS = dict(bench.CONFIGS, **{"gate-annotate": ("gate", True, {"annotate": True})})
+CONFIGS = dict(options.CONFIGS, **{"gate-annotate": ("gate", True, {"annotate": True})})
 
 PYTHON_OBJECTS = ("libpython", "_cffi_backend")
 JOB_MANAGER_FUNCTION = "event_job_process_entry"
@@ -43,24 +47,21 @@ def inner(config, jobs, outdir):
     drive ``jobs`` jobs with callgrind's instrumentation on."""
     import flux
 
-    plugin_kind, gated, options = CONFIGS[config]
-    tool = bench.Bench(bench.parse_args(["--quick"]), outdir)
+    plugin_kind, gated, conf = CONFIGS[config]
+    plugins = Plugins(outdir)
     h = flux.Flux()
     if plugin_kind:
-        request = {"load": tool.paths[plugin_kind]}
-        if options:
-            request["conf"] = options
-        h.rpc("job-manager.jobtap", request).get()
-    client = bench.Client(h, tool.service(plugin_kind) if gated else None)
-    spec = bench.spec_for("exception")
+        plugins.load(h, plugin_kind, conf)
+    client = Client(h, plugins.service(plugin_kind) if gated else None)
+    spec = spec_for("exception")
     warm = client.submit_held(20, spec)
-    tool.drive(client, warm, "exception", gated)
+    drive(client, warm, "exception", gated)
     ids = client.submit_held(jobs, spec)
-    bench.Broker(h).quiesce()
+    Broker(h).quiesce()
     pid = h.attr_get("broker.pid")
     control = ["callgrind_control", "-i"]
     subprocess.run([*control, "on", pid], check=True, capture_output=True)
-    tool.drive(client, ids, "exception", gated)
+    drive(client, ids, "exception", gated)
     subprocess.run([*control, "off", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
 
@@ -192,7 +193,7 @@ def main():
             results[config] = measure(config, args.jobs, workdir)
     report(results, args.jobs)
     output = args.output or os.path.join(
-        bench.RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-instructions.json"
+        RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-instructions.json"
     )
     os.makedirs(os.path.dirname(output), exist_ok=True)
     with open(output, "w") as f:

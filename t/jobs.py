@@ -1,4 +1,5 @@
-"""Helpers for tests: submit jobs, read and wait on their eventlogs."""
+"""Helpers for tests: submit jobs, read and wait on their eventlogs, read
+the instance's log, the gate's query and its hold log."""
 
 import json
 import time
@@ -6,6 +7,8 @@ import time
 import flux.job
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
+
+from flux_epilog_gate.holdlog import KEY, parse
 
 #: Simulated execution: the job "runs" this long without any process.
 SIM = "system.exec.test.run_duration"
@@ -89,6 +92,12 @@ def submit_cores(handle, cores, duration=None, urgency=None):
     return flux.job.submit(handle, spec, **kwargs)
 
 
+def described(description):
+    """A ``match`` for :func:`wait_event`: the event's context names
+    ``description``."""
+    return lambda context: context.get("description") == description
+
+
 def named(events, name, description=None):
     """The events called ``name`` (for ``description``, if given)."""
     return [
@@ -107,6 +116,17 @@ def dmesg(instance, text):
 def query(instance):
     """What ``flux jobtap query epilog-gate.so`` prints, decoded."""
     return json.loads(instance.flux("jobtap", "query", "epilog-gate.so").stdout)
+
+
+def hold_log(instance):
+    """The text of the gate's hold log (its KVS key), "" while there is none."""
+    done = instance.flux("kvs", "get", KEY, check=False)
+    return done.stdout if done.returncode == 0 else ""
+
+
+def recorded(instance):
+    """The holds the gate's hold log records: jobid -> its records."""
+    return parse(hold_log(instance))[0]
 
 
 def release_all(gate):

@@ -15,10 +15,12 @@ import time
 import flux.job
 import pytest
 from jobs import (
+    described,
     eventlog,
     named,
     names,
     query,
+    recorded,
     settle,
     submit,
     wait_event,
@@ -49,9 +51,8 @@ def wait_recorded(inst, jobids, timeout=10.0):
     gate writes it)."""
     deadline = time.monotonic() + timeout
     while True:
-        done = inst.flux("kvs", "get", KEY, check=False)
-        jobs = parse(done.stdout if done.returncode == 0 else "")[0]
-        if all(jobid in jobs for jobid in jobids):
+        now = recorded(inst)
+        if all(jobid in now for jobid in jobids):
             return
         assert time.monotonic() < deadline, "holds not recorded"
         time.sleep(0.05)
@@ -74,11 +75,7 @@ def cancelled_at_point(handle, gate, jobids, description):
     for jobid in jobids:
         flux.job.cancel(handle, jobid)
     for jobid in jobids:
-        wait_event(handle, jobid, "epilog-start", match=_for(description))
-
-
-def _for(description):
-    return lambda context: context.get("description") == description
+        wait_event(handle, jobid, "epilog-start", match=described(description))
 
 
 def test_acknowledged_holds_survive_sigkill(inst):

@@ -11,7 +11,16 @@ import time
 
 import flux.job
 import pytest
-from jobs import eventlog, names, settle, submit, wait_event, wait_inactive
+from jobs import (
+    described,
+    eventlog,
+    named,
+    names,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holdlog import KEY, MARKER
@@ -29,18 +38,6 @@ PENDING_TIMEOUT = 1.5
 #: CLEANUP ("flux queue idle" in flux-core's cleanup script would) nor
 #: cancel running ones.
 NO_CLEANUP = {"FLUX_DISABLE_JOB_CLEANUP": "1"}
-
-
-def _for(description):
-    return lambda context: context.get("description") == description
-
-
-def _events(handle, jobid, name, description):
-    return [
-        e
-        for e in eventlog(handle, jobid)
-        if e.name == name and e.context.get("description") == description
-    ]
 
 
 class Restarter:
@@ -97,12 +94,12 @@ def test_holds_survive_restart(kind, new_instance, plugin):
     act = submit(handle, urgency=0)
     gate.hold(act, "a-plain")
     flux.job.cancel(handle, act)
-    wait_event(handle, act, "epilog-start", match=_for("a-plain"))
+    wait_event(handle, act, "epilog-start", match=described("a-plain"))
     # A job with an active hold whose timeout spans the restart.
     timed = submit(handle, urgency=0)
     gate.hold(timed, "t-timed", timeout=timeout)
     flux.job.cancel(handle, timed)
-    started = wait_event(handle, timed, "epilog-start", match=_for("t-timed"))
+    started = wait_event(handle, timed, "epilog-start", match=described("t-timed"))
 
     before = {(h["id"], h["description"]): h for h in gate.list()}
     assert {k: h["state"] for k, h in before.items()} == {
@@ -139,7 +136,7 @@ def test_holds_survive_restart(kind, new_instance, plugin):
 
     # The timeout resumes on the original clock.
     finish = wait_event(
-        handle, timed, "epilog-finish", match=_for("t-timed"), timeout=timeout + 20
+        handle, timed, "epilog-finish", match=described("t-timed"), timeout=timeout + 20
     )
     assert finish.context["status"] == 124
     fired = finish.timestamp - started.timestamp
@@ -156,14 +153,14 @@ def test_holds_survive_restart(kind, new_instance, plugin):
         if e.name == "exception" and e.context.get("type") != "cancel"
     ]
     assert len(notes) == 1 and "t-timed" in notes[0]
-    assert len(_events(handle, timed, "epilog-start", "t-timed")) == 1
-    assert len(_events(handle, timed, "epilog-finish", "t-timed")) == 1
+    assert len(named(eventlog(handle, timed), "epilog-start", "t-timed")) == 1
+    assert len(named(eventlog(handle, timed), "epilog-finish", "t-timed")) == 1
 
     # A new hold on a recovered job that has not reached its epilog point
     # is pending, and can be cancelled without a trace.
     assert gate.hold(pend, "p-late")["state"] == "pending"
     assert gate.release(pend, "p-late") == {"released": True}
-    assert len(_events(handle, pend, "epilog-start", "p-late")) == 0
+    assert len(named(eventlog(handle, pend), "epilog-start", "p-late")) == 0
 
     # Releasable.
     assert gate.release(act, "a-plain") == {"released": True}
@@ -174,11 +171,11 @@ def test_holds_survive_restart(kind, new_instance, plugin):
 
     # Pending holds still become active on the exception path (clean is
     # held), and a pending hold's timeout runs only from then on.
-    assert len(_events(handle, pend, "epilog-start", "p-timed")) == 0
+    assert len(named(eventlog(handle, pend), "epilog-start", "p-timed")) == 0
     flux.job.cancel(handle, pend)
-    start_p = wait_event(handle, pend, "epilog-start", match=_for("p-plain"))
-    start_t = wait_event(handle, pend, "epilog-start", match=_for("p-timed"))
-    finish_t = wait_event(handle, pend, "epilog-finish", match=_for("p-timed"))
+    start_p = wait_event(handle, pend, "epilog-start", match=described("p-plain"))
+    start_t = wait_event(handle, pend, "epilog-start", match=described("p-timed"))
+    finish_t = wait_event(handle, pend, "epilog-finish", match=described("p-timed"))
     assert finish_t.context["status"] == 124
     assert finish_t.timestamp - start_t.timestamp >= PENDING_TIMEOUT - 0.05
     events = settle(handle, pend, "clean", seconds=0.3)
@@ -192,7 +189,7 @@ def test_holds_survive_restart(kind, new_instance, plugin):
     # Active holds are told by their epilog-start, marked as the gate's;
     # pending ones were in the hold log.
     for jobid, description in ((pend, "p-plain"), (act, "a-plain"), (timed, "t-timed")):
-        (start,) = _events(handle, jobid, "epilog-start", description)
+        (start,) = named(eventlog(handle, jobid), "epilog-start", description)
         assert start.context[MARKER] is True, start.context
     log = r.inst.flux("kvs", "get", KEY).stdout
     for description in ("p-plain", "p-timed"):
@@ -215,7 +212,7 @@ def test_hold_on_running_job_survives_plugin_reload(new_instance, plugin):
     handle, gate = r.handle, r.gate
     assert [h["state"] for h in gate.list(jobid)] == ["pending"]
     start = wait_event(
-        handle, jobid, "epilog-start", match=_for("run-hold"), timeout=30
+        handle, jobid, "epilog-start", match=described("run-hold"), timeout=30
     )
     events = settle(handle, jobid, "clean", seconds=0.5)
     assert names(events).index("finish") < names(events).index("epilog-start")
@@ -236,7 +233,7 @@ def test_restart_twice_keeps_state(new_instance):
     gate.hold(pend, "two-p")
     gate.hold(act, "two-a")
     flux.job.cancel(handle, act)
-    wait_event(handle, act, "epilog-start", match=_for("two-a"))
+    wait_event(handle, act, "epilog-start", match=described("two-a"))
     for _ in range(2):
         r.restart()
         states = {(h["id"], h["description"]): h["state"] for h in r.gate.list()}
@@ -246,13 +243,13 @@ def test_restart_twice_keeps_state(new_instance):
     assert gate.release(act, "two-a") == {"released": True}
     wait_inactive(handle, act)
     flux.job.cancel(handle, pend)
-    wait_event(handle, pend, "epilog-start", match=_for("two-p"))
+    wait_event(handle, pend, "epilog-start", match=described("two-p"))
     assert gate.release(pend, "two-p") == {"released": True}
     wait_inactive(handle, pend)
     # One epilog-start and one epilog-finish each, despite two recoveries.
     for jobid, description in ((pend, "two-p"), (act, "two-a")):
-        assert len(_events(handle, jobid, "epilog-start", description)) == 1
-        assert len(_events(handle, jobid, "epilog-finish", description)) == 1
+        assert len(named(eventlog(handle, jobid), "epilog-start", description)) == 1
+        assert len(named(eventlog(handle, jobid), "epilog-finish", description)) == 1
 
 
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
@@ -264,12 +261,12 @@ def test_new_hold_on_recovered_job_past_epilog_point(kind, new_instance, plugin)
     jobid = submit(handle, urgency=0)
     gate.hold(jobid, "first")
     flux.job.cancel(handle, jobid)
-    wait_event(handle, jobid, "epilog-start", match=_for("first"))
+    wait_event(handle, jobid, "epilog-start", match=described("first"))
     r.restart()
     handle, gate = r.handle, r.gate
     try:
         assert gate.hold(jobid, "late")["state"] == "active"
-        wait_event(handle, jobid, "epilog-start", match=_for("late"))
+        wait_event(handle, jobid, "epilog-start", match=described("late"))
         assert gate.release(jobid, "first") == {"released": True}
         assert "clean" not in names(settle(handle, jobid, "clean", seconds=0.3))
         assert gate.release(jobid, "late") == {"released": True}
@@ -297,7 +294,7 @@ def test_watch_stream_across_restart(kind, new_instance, plugin):
     r.restart()
     handle, gate = r.handle, r.gate
     flux.job.cancel(handle, jobid)
-    wait_event(handle, jobid, "epilog-start", match=_for("w-hold"))
+    wait_event(handle, jobid, "epilog-start", match=described("w-hold"))
     try:
         stream.wait_for(5)
         activation = stream.get()

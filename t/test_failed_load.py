@@ -9,7 +9,16 @@ job stays in CLEANUP until it is released.
 
 import flux.job
 import pytest
-from jobs import dmesg, eventlog, names, settle, submit, wait_event, wait_inactive
+from jobs import (
+    described,
+    dmesg,
+    eventlog,
+    names,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
 
@@ -28,10 +37,6 @@ FAILED_LOADS = {
 }
 
 
-def _for(description):
-    return lambda context: context.get("description") == description
-
-
 def hold_two(inst):
     """A job with a pending hold and a job with an active hold."""
     handle, gate = inst.handle(), EpilogGate(inst.handle())
@@ -40,7 +45,7 @@ def hold_two(inst):
     act = submit(handle, urgency=0)
     gate.hold(act, "a-hold", timeout=3600)
     flux.job.cancel(handle, act)
-    wait_event(handle, act, "epilog-start", match=_for("a-hold"))
+    wait_event(handle, act, "epilog-start", match=described("a-hold"))
     return pend, act
 
 
@@ -55,7 +60,7 @@ def assert_holds_intact(inst, pend, act):
     assert listed[(act, "a-hold")]["timeout"] == 3600
     # The pending hold still gates its job: cancelled, it waits.
     flux.job.cancel(handle, pend)
-    wait_event(handle, pend, "epilog-start", match=_for("p-hold"))
+    wait_event(handle, pend, "epilog-start", match=described("p-hold"))
     assert "clean" not in names(settle(handle, pend, "clean"))
     assert "clean" not in names(eventlog(handle, act))
     assert gate.release(act, "a-hold") == {"released": True}

@@ -5,7 +5,7 @@ by a restart."""
 import time
 
 import flux.job
-from jobs import eventlog, query, submit, wait_event, wait_inactive
+from jobs import eventlog, hold_log, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holdlog import KEY
@@ -48,7 +48,7 @@ def test_first_load_among_running_jobs_leaves_them_alone(new_instance, plugin):
 def wait_logged(inst, jobid, timeout=5.0):
     """Wait until the hold log names the job."""
     deadline = time.time() + timeout
-    while f'"id":{int(jobid)},' not in inst.flux("kvs", "get", KEY, check=False).stdout:
+    while f'"id":{int(jobid)},' not in hold_log(inst):
         assert time.time() < deadline, f"{jobid} not in {KEY}"
         time.sleep(0.02)
 

@@ -3,7 +3,16 @@ may share its description with another plugin's epilog (perilog.so's
 ``job-manager.epilog``) and the two coexist exactly."""
 
 import pytest
-from jobs import eventlog, named, names, settle, submit, wait_event, wait_inactive
+from jobs import (
+    described,
+    eventlog,
+    named,
+    names,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holdlog import MARKER
@@ -23,10 +32,6 @@ def perilog_config(plugin, command):
     )
 
 
-def _for(description):
-    return lambda context: context.get("description") == description
-
-
 def marked(events):
     return [event for event in events if event.context.get(MARKER)]
 
@@ -39,7 +44,7 @@ def test_hold_named_like_perilogs_epilog_survives_its_end_and_a_restart(
     jobid = submit(handle, duration=0.2)
     gate.hold(jobid, PERILOG)
     # perilog's epilog starts with the gate's hold on finish, and ends.
-    wait_event(handle, jobid, "epilog-finish", match=_for(PERILOG), timeout=30)
+    wait_event(handle, jobid, "epilog-finish", match=described(PERILOG), timeout=30)
     events = settle(handle, jobid, "clean")
     assert "clean" not in names(events)
     starts = named(events, "epilog-start", PERILOG)

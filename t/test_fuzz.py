@@ -25,7 +25,7 @@ from flux.core.inner import ffi, raw
 from flux.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobs import submit, wait_event, wait_inactive
+from jobs import query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.testing import Instance
@@ -498,8 +498,8 @@ def test_fuzz(live, method, strategy):
     if method == "watch":
         gc.collect()
         time.sleep(0.2)
-        query = json.loads(live.inst.flux("jobtap", "query", "epilog-gate.so").stdout)
-        assert query["counters"]["watchers"] == 0, query["counters"]
+        counters = query(live.inst)["counters"]
+        assert counters["watchers"] == 0, counters
 
 
 def test_deeply_nested_payload_is_a_protocol_error(live):

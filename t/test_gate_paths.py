@@ -3,6 +3,7 @@
 import flux.job
 import pytest
 from jobs import (
+    described,
     eventlog,
     named,
     names,
@@ -26,12 +27,8 @@ def cancel_held(handle, gate, *descriptions):
         gate.hold(jobid, description)
     flux.job.cancel(handle, jobid)
     for description in descriptions:
-        wait_event(handle, jobid, "epilog-start", match=by(description))
+        wait_event(handle, jobid, "epilog-start", match=described(description))
     return jobid
-
-
-def by(description):
-    return lambda context: context.get("description") == description
 
 
 def test_cancel_while_pending_is_held_until_release(handle, gate):
@@ -95,7 +92,7 @@ def test_normal_job_activates_hold_on_finish(handle, gate):
 def test_two_holds_each_get_epilog_events_and_clean_waits_for_last(handle, gate):
     jobid = cancel_held(handle, gate, "bb", "unmount")
     gate.release(jobid, "bb")
-    wait_event(handle, jobid, "epilog-finish", match=by("bb"))
+    wait_event(handle, jobid, "epilog-finish", match=described("bb"))
     assert "clean" not in names(settle(handle, jobid, "clean"))
     gate.release(jobid, "unmount")
     wait_inactive(handle, jobid)
@@ -120,9 +117,9 @@ def test_releasing_pending_hold_cancels_it_without_epilog_events(handle, gate):
 def test_hold_after_epilog_point_is_active_at_once(handle, gate):
     jobid = cancel_held(handle, gate, "bb")
     assert gate.hold(jobid, "late")["state"] == "active"
-    wait_event(handle, jobid, "epilog-start", match=by("late"))
+    wait_event(handle, jobid, "epilog-start", match=described("late"))
     gate.release(jobid, "bb")
-    wait_event(handle, jobid, "epilog-finish", match=by("bb"))
+    wait_event(handle, jobid, "epilog-finish", match=described("bb"))
     assert "clean" not in names(settle(handle, jobid, "clean"))
     gate.release(jobid, "late")
     wait_inactive(handle, jobid)

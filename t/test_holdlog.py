@@ -7,16 +7,20 @@ import errno
 
 import flux.job
 import pytest
-from jobs import dmesg, eventlog, named, query, submit, wait_event, wait_inactive
+from jobs import (
+    dmesg,
+    eventlog,
+    named,
+    query,
+    recorded,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY, MARKER, parse
+from flux_epilog_gate.holdlog import MARKER
 from flux_epilog_gate.holds import HOLD_EVENT
-
-
-def logged(inst):
-    done = inst.flux("kvs", "get", KEY, check=False)
-    return parse(done.stdout if done.returncode == 0 else "")[0]
 
 
 @pytest.fixture
@@ -34,7 +38,7 @@ def test_pending_holds_registered_together_share_a_few_writes(inst):
     for future in futures:
         assert future.get()["state"] == "pending"
     # Answered only once recorded.
-    jobs = logged(inst)
+    jobs = recorded(inst)
     for jobid in jobids:
         assert jobs[jobid] == [
             (
@@ -70,7 +74,7 @@ def test_hold_on_job_past_its_epilog_point_is_recorded_too(inst):
     assert start.context[MARKER] is True and start.context["timeout"] == 30
     assert [
         (name, context)
-        for _, name, context in logged(inst)[holder]
+        for _, name, context in recorded(inst)[holder]
         if context["description"] == "late"
     ] == [(HOLD_EVENT, {"description": "late", "timeout": 30})]
     gate.release(holder, "first")
@@ -111,7 +115,7 @@ def test_requests_in_flight_when_the_plugin_is_removed_are_all_answered(
     # Sent again, each is answered from the gate that took over.
     for jobid in refused:
         assert gate.hold(jobid, "bb")["state"] == "pending"
-    jobs = logged(inst)
+    jobs = recorded(inst)
     assert all(jobid in jobs for jobid in jobids)
     assert dmesg(inst, "uncaught") == [] and inst.alive()
 
@@ -126,6 +130,6 @@ def test_without_a_backing_store_holds_are_recorded_without_sync(inst):
     for jobid in jobids:
         assert gate.hold(jobid, "bb")["state"] == "pending"
     assert len(dmesg(inst, "cannot sync")) == 1
-    assert all(jobid in logged(inst) for jobid in jobids)
+    assert all(jobid in recorded(inst) for jobid in jobids)
     for jobid in jobids:
         assert gate.release(jobid, "bb") == {"released": True}

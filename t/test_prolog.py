@@ -7,6 +7,7 @@ import os
 import flux.job
 import pytest
 from jobs import (
+    described,
     eventlog,
     named,
     names,
@@ -26,10 +27,6 @@ pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 PROLOG = "prolog"
 
 
-def by(description):
-    return lambda context: context.get("description") == description
-
-
 def prolog_held(handle, gate, *descriptions, duration=0.1, timeout=None):
     """A job whose start is held by active prolog holds ``descriptions``."""
     jobid = submit(handle, duration=duration, urgency=0)
@@ -37,7 +34,7 @@ def prolog_held(handle, gate, *descriptions, duration=0.1, timeout=None):
         gate.hold(jobid, description, timeout=timeout, point=PROLOG)
     set_urgency(handle, jobid, 16)
     for description in descriptions:
-        wait_event(handle, jobid, "prolog-start", match=by(description))
+        wait_event(handle, jobid, "prolog-start", match=described(description))
     return jobid
 
 
@@ -83,7 +80,7 @@ def test_prolog_hold_keeps_the_start_back_until_released(handle, gate):
 def test_job_starts_only_when_its_last_prolog_hold_is_released(handle, gate):
     jobid = prolog_held(handle, gate, "one", "two")
     gate.release(jobid, "one")
-    wait_event(handle, jobid, "prolog-finish", match=by("one"))
+    wait_event(handle, jobid, "prolog-finish", match=described("one"))
     assert "start" not in names(settle(handle, jobid, "start"))
     gate.release(jobid, "two")
     wait_event(handle, jobid, "start")
@@ -93,7 +90,7 @@ def test_job_starts_only_when_its_last_prolog_hold_is_released(handle, gate):
 def test_prolog_hold_added_while_the_start_is_held_is_active_at_once(handle, gate):
     jobid = prolog_held(handle, gate, "first")
     assert gate.hold(jobid, "second", point=PROLOG)["state"] == "active"
-    wait_event(handle, jobid, "prolog-start", match=by("second"))
+    wait_event(handle, jobid, "prolog-start", match=described("second"))
     gate.release(jobid, "first")
     assert "start" not in names(settle(handle, jobid, "start"))
     gate.release(jobid, "second")
@@ -106,9 +103,9 @@ def test_prolog_and_epilog_holds_of_one_job(handle, gate):
     gate.hold(jobid, "bb-setup", point=PROLOG)
     gate.hold(jobid, "bb")
     set_urgency(handle, jobid, 16)
-    wait_event(handle, jobid, "prolog-start", match=by("bb-setup"))
+    wait_event(handle, jobid, "prolog-start", match=described("bb-setup"))
     gate.release(jobid, "bb-setup")
-    wait_event(handle, jobid, "epilog-start", match=by("bb"))
+    wait_event(handle, jobid, "epilog-start", match=described("bb"))
     events = names(settle(handle, jobid, "clean"))
     assert events.index("start") < events.index("finish")
     assert events.index("finish") < events.index("epilog-start")
@@ -203,9 +200,9 @@ def test_failed_prolog_hold_raises_a_fatal_exception_and_the_job_never_starts(
     gate.hold(jobid, "setup", point=PROLOG)
     gate.hold(jobid, "bb")
     set_urgency(handle, jobid, 16)
-    wait_event(handle, jobid, "prolog-start", match=by("setup"))
+    wait_event(handle, jobid, "prolog-start", match=described("setup"))
     gate.release(jobid, "setup", status=3)
-    wait_event(handle, jobid, "epilog-start", match=by("bb"))
+    wait_event(handle, jobid, "epilog-start", match=described("bb"))
     events = settle(handle, jobid, "clean")
     (exc,) = named(events, "exception")
     assert exc.context["severity"] == 0 and exc.context["type"] == "prolog"
@@ -222,7 +219,7 @@ def test_failed_prolog_hold_raises_a_fatal_exception_and_the_job_never_starts(
 
 def test_prolog_hold_timeout_fails_the_job(handle, gate):
     jobid = prolog_held(handle, gate, "setup", timeout=0.5)
-    finish = wait_event(handle, jobid, "prolog-finish", match=by("setup"))
+    finish = wait_event(handle, jobid, "prolog-finish", match=described("setup"))
     assert finish.context["status"] == 124
     wait_inactive(handle, jobid)
     events = eventlog(handle, jobid)
@@ -236,7 +233,7 @@ def test_cancel_while_prolog_active_keeps_holding_until_release(handle, gate):
     gate.hold(jobid, "setup", point=PROLOG)
     gate.hold(jobid, "bb")
     set_urgency(handle, jobid, 16)
-    wait_event(handle, jobid, "prolog-start", match=by("setup"))
+    wait_event(handle, jobid, "prolog-start", match=described("setup"))
     future = EpilogGate(handle).watch_async(points=[PROLOG])
     first = next_answer(future)
     assert (first["id"], first["point"], "aborted" in first) == (jobid, PROLOG, False)
@@ -245,7 +242,7 @@ def test_cancel_while_prolog_active_keeps_holding_until_release(handle, gate):
     assert aborted["id"] == jobid and aborted["description"] == "setup"
     assert aborted["aborted"] is True and aborted["ran"] is False
     # The epilog hold of a job that never started is active at once.
-    wait_event(handle, jobid, "epilog-start", match=by("bb"))
+    wait_event(handle, jobid, "epilog-start", match=described("bb"))
     events = names(settle(handle, jobid, "clean"))
     assert "clean" not in events and "start" not in events
     assert {h["description"]: h["state"] for h in gate.list(jobid)} == {
@@ -253,7 +250,7 @@ def test_cancel_while_prolog_active_keeps_holding_until_release(handle, gate):
         "bb": "active",
     }
     gate.release(jobid, "setup")
-    wait_event(handle, jobid, "prolog-finish", match=by("setup"))
+    wait_event(handle, jobid, "prolog-finish", match=described("setup"))
     assert "clean" not in names(settle(handle, jobid, "clean"))
     gate.release(jobid, "bb")
     wait_inactive(handle, jobid)
@@ -300,7 +297,7 @@ def test_watch_filters_by_point_and_says_which(handle, gate):
         "point": PROLOG,
     }
     gate.release(jobid, "w-pro")
-    wait_event(handle, jobid, "epilog-start", match=by("w-epi"))
+    wait_event(handle, jobid, "epilog-start", match=described("w-epi"))
     everything = EpilogGate(handle).watch_async(["w-epi"])
     assert next_answer(everything)["point"] == "epilog"
     with pytest.raises(TimeoutError):
@@ -348,7 +345,7 @@ def test_rules_may_declare_prolog_holds(new_instance):
     handle = inst.handle()
     gate = EpilogGate(handle)
     jobid = submit(handle, duration=0.1, **{"system.bb": "1g"})
-    wait_event(handle, jobid, "prolog-start", match=by("bb-setup"))
+    wait_event(handle, jobid, "prolog-start", match=described("bb-setup"))
     assert "start" not in names(settle(handle, jobid, "start"))
     assert {h["description"]: h["point"] for h in gate.list(jobid)} == {
         "bb-setup": PROLOG,
@@ -357,7 +354,7 @@ def test_rules_may_declare_prolog_holds(new_instance):
     rule, _ = query(inst)["config"]["rules"]
     assert rule["point"] == PROLOG
     gate.release(jobid, "bb-setup")
-    wait_event(handle, jobid, "epilog-start", match=by("bb"))
+    wait_event(handle, jobid, "epilog-start", match=described("bb"))
     gate.release(jobid, "bb")
     wait_inactive(handle, jobid)
     assert names(eventlog(handle, jobid)).index("prolog-finish") < names(
@@ -446,16 +443,17 @@ def test_job_starts_after_both_perilog_prolog_and_prolog_hold(
     jobid = submit(handle, duration=0.1, urgency=0)
     gate.hold(jobid, "setup", point=PROLOG)
     set_urgency(handle, jobid, 16)
-    wait_event(handle, jobid, "prolog-start", match=by("setup"))
+    wait_event(handle, jobid, "prolog-start", match=described("setup"))
     if seconds == 0:
         # perilog.so's prolog is done; the gate's still holds the start.
-        wait_event(handle, jobid, "prolog-finish", match=by("job-manager.prolog"))
+        perilog = described("job-manager.prolog")
+        wait_event(handle, jobid, "prolog-finish", match=perilog)
         assert "start" not in names(settle(handle, jobid, "start"))
         gate.release(jobid, "setup")
     else:
         # The gate's is released first; perilog.so's still holds it.
         gate.release(jobid, "setup")
-        wait_event(handle, jobid, "prolog-finish", match=by("setup"))
+        wait_event(handle, jobid, "prolog-finish", match=described("setup"))
         events = settle(handle, jobid, "start")
         assert not named(events, "prolog-finish", "job-manager.prolog")
         assert "start" not in names(events)

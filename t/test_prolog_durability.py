@@ -7,6 +7,7 @@ import time
 
 import pytest
 from jobs import (
+    described,
     eventlog,
     named,
     names,
@@ -23,10 +24,6 @@ from flux_epilog_gate.holdlog import KEY, MARKER
 PROLOG = "prolog"
 
 
-def by(description):
-    return lambda context: context.get("description") == description
-
-
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
 def test_prolog_holds_survive_restart(kind, new_instance, plugin):
     r = Restarter(kind, new_instance, plugin)
@@ -41,12 +38,12 @@ def test_prolog_holds_survive_restart(kind, new_instance, plugin):
     act = submit(handle, duration=0.1, urgency=0)
     gate.hold(act, "a-setup", point=PROLOG)
     set_urgency(handle, act, 16)
-    wait_event(handle, act, "prolog-start", match=by("a-setup"))
+    wait_event(handle, act, "prolog-start", match=described("a-setup"))
     # Active with a timeout that spans the restart.
     timed = submit(handle, duration=0.1, urgency=0)
     gate.hold(timed, "t-setup", point=PROLOG, timeout=timeout)
     set_urgency(handle, timed, 16)
-    started = wait_event(handle, timed, "prolog-start", match=by("t-setup"))
+    started = wait_event(handle, timed, "prolog-start", match=described("t-setup"))
     before = {(h["id"], h["description"]): h for h in gate.list()}
 
     time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
@@ -83,7 +80,7 @@ def test_prolog_holds_survive_restart(kind, new_instance, plugin):
 
     # The timeout resumes on the original clock and fails the job.
     finish = wait_event(
-        handle, timed, "prolog-finish", match=by("t-setup"), timeout=timeout + 20
+        handle, timed, "prolog-finish", match=described("t-setup"), timeout=timeout + 20
     )
     assert finish.context["status"] == 124
     assert finish.timestamp - started.timestamp >= timeout - 0.05
@@ -96,10 +93,10 @@ def test_prolog_holds_survive_restart(kind, new_instance, plugin):
 
     # The pending prolog hold becomes active when its job enters RUN.
     set_urgency(handle, pend, 16)
-    wait_event(handle, pend, "prolog-start", match=by("p-setup"), timeout=30)
+    wait_event(handle, pend, "prolog-start", match=described("p-setup"), timeout=30)
     assert "start" not in names(settle(handle, pend, "start", seconds=0.5))
     gate.release(pend, "p-setup")
-    wait_event(handle, pend, "epilog-start", match=by("p-teardown"), timeout=30)
+    wait_event(handle, pend, "epilog-start", match=described("p-teardown"), timeout=30)
     order = names(eventlog(handle, pend))
     assert order.index("prolog-finish") < order.index("start")
     assert order.index("finish") < order.index("epilog-start")

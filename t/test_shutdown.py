@@ -20,7 +20,7 @@ import flux.job
 import pytest
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
-from jobs import eventlog, named, query, submit, wait_event, wait_inactive
+from jobs import dmesg, eventlog, named, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.jobid import f58
@@ -228,11 +228,7 @@ def test_flux_shutdown_names_each_hold_once_and_keeps_them(new_instance):
 
 
 def _waits(inst, description):
-    return [
-        line
-        for line in inst.flux("dmesg").stdout.splitlines()
-        if f"shutdown waits on hold {description} " in line
-    ]
+    return dmesg(inst, f"shutdown waits on hold {description} ")
 
 
 def test_flux_shutdown_finish_ends_holds_with_status_and_exception(new_instance):
@@ -320,7 +316,7 @@ def _stuck_job(handle, gate):
 
 def _wait_log(inst, text):
     deadline = time.time() + SLACK
-    while not [line for line in inst.flux("dmesg").stdout.splitlines() if text in line]:
+    while not dmesg(inst, text):
         assert time.time() < deadline, inst.flux("dmesg").stdout
         time.sleep(0.1)
 

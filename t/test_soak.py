@@ -19,7 +19,6 @@ the clients did and what the plugin counted.
 """
 
 import heapq
-import json
 import os
 import queue
 import random
@@ -28,6 +27,7 @@ import time
 
 import flux
 import flux.job
+import jobs
 import pytest
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
@@ -485,9 +485,8 @@ def run_soak(plugin, moments, count):
         for thread in threads + [submit]:
             thread.join(10)
         assert not soak.errors, soak.errors
-        query = json.loads(inst.flux("jobtap", "query", "epilog-gate.so").stdout)
         logs = eventlogs(handle, soak.by_id)
-        return soak, logs, query, elapsed
+        return soak, logs, jobs.query(inst), elapsed
 
 
 def check(soak, logs, query):

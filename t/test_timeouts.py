@@ -12,23 +12,26 @@ import time
 
 import flux.job
 import pytest
-from jobs import eventlog, names, settle, submit, wait_event, wait_inactive
+from jobs import (
+    described,
+    eventlog,
+    named,
+    names,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holds import TIMEOUT_STATUS
 
 
-def _for(description):
-    return lambda context: context.get("description") == description
-
-
 def _one(events, name, description=None):
     found = [
         e
-        for e in events
-        if e.name == name
-        and (description is None or e.context.get("description") == description)
-        and (name != "exception" or e.context.get("type") != "cancel")
+        for e in named(events, name, description)
+        if name != "exception" or e.context.get("type") != "cancel"
     ]
     assert len(found) == 1, f"expected one {name} {description or ''}: {found}"
     return found[0]
@@ -56,7 +59,7 @@ def test_timeout_clock_starts_when_hold_becomes_active(handle, gate):
     # Once the job reaches its epilog point the hold becomes active, and
     # only then does its timeout run.
     flux.job.cancel(handle, jobid)
-    start = wait_event(handle, jobid, "epilog-start", match=_for("bb-clock"))
+    start = wait_event(handle, jobid, "epilog-start", match=described("bb-clock"))
     [entry] = gate.list(jobid)
     assert entry["state"] == "active"
     assert entry["t_start"] == pytest.approx(start.timestamp, abs=0.5)
@@ -64,7 +67,7 @@ def test_timeout_clock_starts_when_hold_becomes_active(handle, gate):
     events = settle(handle, jobid, "epilog-finish", seconds=timeout / 3)
     assert "epilog-finish" not in names(events)
 
-    finish = wait_event(handle, jobid, "epilog-finish", match=_for("bb-clock"))
+    finish = wait_event(handle, jobid, "epilog-finish", match=described("bb-clock"))
     assert finish.context["status"] == TIMEOUT_STATUS == 124
     elapsed = finish.timestamp - start.timestamp
     assert timeout - 0.05 <= elapsed <= timeout + 3.0, elapsed
@@ -76,7 +79,7 @@ def test_timeout_clock_starts_when_hold_becomes_active(handle, gate):
 def test_expiry_raises_nonfatal_exception_and_job_reaches_clean(handle, gate):
     jobid = submit(handle, duration=0.1)
     gate.hold(jobid, "bb-expire", timeout=1.5)
-    start = wait_event(handle, jobid, "epilog-start", match=_for("bb-expire"))
+    start = wait_event(handle, jobid, "epilog-start", match=described("bb-expire"))
     clean = wait_inactive(handle, jobid, timeout=20)
     events = eventlog(handle, jobid)
     finish = _one(events, "epilog-finish", "bb-expire")
@@ -107,7 +110,7 @@ def test_release_after_timeout_before_clean(handle, gate):
     gate.hold(jobid, "short", timeout=1.0)
     gate.hold(jobid, "long")
     flux.job.cancel(handle, jobid)
-    finish = wait_event(handle, jobid, "epilog-finish", match=_for("short"))
+    finish = wait_event(handle, jobid, "epilog-finish", match=described("short"))
     assert finish.context["status"] == 124
     answer = gate.release(jobid, "short")
     assert answer["released"] is False
@@ -123,7 +126,7 @@ def test_release_before_timeout_stops_the_clock(handle, gate):
     jobid = submit(handle, urgency=0)
     gate.hold(jobid, "quick", timeout=1.0)
     flux.job.cancel(handle, jobid)
-    wait_event(handle, jobid, "epilog-start", match=_for("quick"))
+    wait_event(handle, jobid, "epilog-start", match=described("quick"))
     assert gate.release(jobid, "quick") == {"released": True}
     wait_inactive(handle, jobid)
     time.sleep(1.5)
@@ -155,8 +158,8 @@ def test_default_timeout_from_load_option(new_instance, plugin):
 
     flux.job.cancel(handle, defaulted)
     flux.job.cancel(handle, own)
-    start = wait_event(handle, defaulted, "epilog-start", match=_for("dflt"))
-    finish = wait_event(handle, defaulted, "epilog-finish", match=_for("dflt"))
+    start = wait_event(handle, defaulted, "epilog-start", match=described("dflt"))
+    finish = wait_event(handle, defaulted, "epilog-finish", match=described("dflt"))
     assert finish.context["status"] == 124
     assert 1.0 - 0.05 <= finish.timestamp - start.timestamp <= 4.0
     wait_inactive(handle, defaulted)
@@ -181,7 +184,7 @@ def test_hold_expired_while_down_says_how_long_it_was_active(new_instance):
     jobid = submit(handle, urgency=0)
     EpilogGate(handle).hold(jobid, "bb-down", timeout=timeout)
     flux.job.cancel(handle, jobid)
-    start = wait_event(handle, jobid, "epilog-start", match=_for("bb-down"))
+    start = wait_event(handle, jobid, "epilog-start", match=described("bb-down"))
     handle = None
     inst.stop()
     stopped = time.time()
@@ -189,7 +192,7 @@ def test_hold_expired_while_down_says_how_long_it_was_active(new_instance):
     time.sleep(max(0.0, start.timestamp + timeout + 4.0 - stopped))
     inst.start()
     handle = inst.handle()
-    finish = wait_event(handle, jobid, "epilog-finish", match=_for("bb-down"))
+    finish = wait_event(handle, jobid, "epilog-finish", match=described("bb-down"))
     assert finish.context["status"] == TIMEOUT_STATUS
     note = _one(eventlog(handle, jobid), "exception").context["note"]
     found = re.search(r"timed out after ([0-9.]+)s \(timeout 8s\)", note)

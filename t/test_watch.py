@@ -1,6 +1,5 @@
 """The watch stream, and the example cleanup service built on it."""
 
-import json
 import os
 import signal
 import subprocess
@@ -10,7 +9,7 @@ import time
 
 import flux.job
 import pytest
-from jobs import eventlog, names, submit, wait_event, wait_inactive
+from jobs import eventlog, names, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.holdlog import MARKER
@@ -22,8 +21,7 @@ pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
 
 def watchers(instance):
-    query = json.loads(instance.flux("jobtap", "query", "epilog-gate.so").stdout)
-    return query["counters"]["watchers"]
+    return query(instance)["counters"]["watchers"]
 
 
 def active_hold(handle, gate, description):
