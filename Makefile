@@ -15,7 +15,8 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 SOURCES = setup.py pyproject.toml $(wildcard flux_epilog_gate/*.py) \
-	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/entry.c
+	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/runtime.c \
+	flux_epilog_gate/fastpath.c
 
 # System install: flux-core's own directories for what it finds by name,
 # PREFIX for the rest.

@@ -1,11 +1,12 @@
 """Build and install flux-epilog-gate.
 
 Besides the pure-Python package this builds ``epilog-gate.so`` (see
-flux_epilog_gate/jobtap/build.py) against ``pkg-config flux-core`` and
-chooses flux-core's Python bindings: flux-core's own when they import in
-the Python being installed into, else a dependency on the flux-python
-release of the installed flux-core.  An install that cannot work stops
-here, before anything is built, with a message that says what to do.
+flux_epilog_gate/cbuild.py and flux_epilog_gate/jobtap/build.py) against
+``pkg-config flux-core`` and chooses flux-core's Python bindings:
+flux-core's own when they import in the Python being installed into,
+else a dependency on the flux-python release of the installed
+flux-core.  An install that cannot work stops here, before anything is
+built, with a message that says what to do.
 """
 
 import os
@@ -17,9 +18,12 @@ from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate", "jobtap"))
+sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate"))
+import cbuild as gate_build  # noqa: E402
+
 import build as plugin_build  # noqa: E402
 
-sys.path.pop(0)
+del sys.path[:2]
 
 PTH = "flux_epilog_gate-flux.pth"
 BUILDINFO = '''"""Written by setup.py at build time."""
@@ -57,7 +61,7 @@ class BuildPlugin(Command):
 
     def run(self):
         outdir = os.path.join(self.build_lib, "flux_epilog_gate", "jobtap")
-        plugin_build.compile_plugin(outdir, BINDINGS)
+        gate_build.compile_gate(outdir, BINDINGS)
         info = os.path.join(self.build_lib, "flux_epilog_gate", "_buildinfo.py")
         with open(info, "w") as f:
             f.write(

@@ -1,7 +1,10 @@
-"""Build epilog-gate.so: a cffi embedding module around entry.c.
+"""Build a jobtap plugin written in Python: a cffi embedding module
+around runtime.c.
 
-``python -m flux_epilog_gate.jobtap.build DIR`` compiles the plugin into
-DIR; ``setup.py`` calls :func:`compile_plugin` while building the package.
+:func:`compile_plugin` turns (plugin name, "module:Class") into NAME.so;
+``python -m flux_epilog_gate.jobtap.build NAME module:Class [DIR]
+[PYTHONPATH...]`` does the same from a shell.  The checks below
+(:func:`preflight`) say what a machine lacks before anything is built.
 """
 
 import glob
@@ -15,10 +18,12 @@ import tempfile
 
 import cffi
 
-MODULE = "flux_epilog_gate.jobtap._entry"
-PLUGIN = "epilog-gate.so"
 HERE = os.path.dirname(os.path.abspath(__file__))
 
+#: The runtime's half of the cffi cdef: what its Python side calls in C and
+#: the extern "Python" entry points runtime.c calls.  build.py also turns
+#: the extern "Python" lines (of this and of an extension's cdef) into the
+#: C prototypes runtime.c needs, so each signature is written once.
 CDEF = """
 typedef ... flux_t;
 typedef ... flux_msg_t;
@@ -34,23 +39,44 @@ typedef void (*flux_msg_handler_f)(flux_t *, flux_msg_handler_t *,
 #define FLUX_ROLE_OWNER ...
 #define FLUX_ROLE_USER ...
 
-extern "Python" int gate_py_init (flux_plugin_t *p);
-extern "Python" int gate_py_job (flux_plugin_t *p, int what,
-                                 const char *topic, flux_jobid_t id,
-                                 int state, uint32_t userid,
-                                 flux_plugin_arg_t *args);
-extern "Python" void gate_py_unload (flux_plugin_t *p);
-extern "Python" int gate_py_plugin (flux_plugin_t *p, int what,
+enum runtime_topic_mode {
+    RUNTIME_TOPIC_MARKED, RUNTIME_TOPIC_ALL, RUNTIME_TOPIC_WANTED, ...
+};
+enum runtime_plugin_topic { RUNTIME_PLUGIN_CONF, RUNTIME_PLUGIN_QUERY, ... };
+
+extern "Python" void *runtime_py_init (flux_plugin_t *p);
+extern "Python" void runtime_py_unload (void *self);
+extern "Python" int runtime_py_job (void *self, int topic, flux_jobid_t id,
+                                    int state, uint32_t userid,
                                     flux_plugin_arg_t *args);
-extern "Python" void gate_py_request (const flux_msg_t *msg, int method,
-                                      uint32_t userid, uint32_t rolemask,
-                                      const char *payload);
-extern "Python" void gate_py_hold (const flux_msg_t *msg, flux_jobid_t id,
-                                   const char *description, double timeout);
-extern "Python" void gate_py_release (const flux_msg_t *msg, flux_jobid_t id,
-                                      const char *description, int status);
-void gate_request_cb (flux_t *h, flux_msg_handler_t *mh,
-                      const flux_msg_t *msg, void *arg);
+extern "Python" int runtime_py_plugin (void *self, int topic,
+                                       flux_plugin_arg_t *args);
+extern "Python" void runtime_py_request (void *self, const flux_msg_t *msg,
+                                         int method, uint32_t userid,
+                                         uint32_t rolemask,
+                                         const char *payload);
+
+const char *runtime_name (void);
+void runtime_request_cb (flux_t *h, flux_msg_handler_t *mh,
+                         const flux_msg_t *msg, void *arg);
+int runtime_seen_jobmanager (flux_plugin_t *p);
+int runtime_add_topic (flux_plugin_t *p, const char *name, int mode);
+int runtime_forward (flux_plugin_t *p, int topic, int on);
+int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events);
+void runtime_unmark (flux_plugin_t *p, flux_jobid_t id);
+int runtime_want (flux_plugin_t *p, flux_jobid_t id, int topic);
+int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                        const char *context);
+int runtime_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
+                   int severity, const char *note);
+int runtime_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,
+                        uint32_t *userid);
+int runtime_service_register (flux_plugin_t *p, const char *name, int index,
+                              uint32_t rolemask, flux_msg_handler_f cb);
+int runtime_error (flux_plugin_t *p, flux_plugin_arg_t *args,
+                   const char *text);
+void runtime_log (flux_plugin_t *p, int level, const char *text);
+
 const flux_msg_t *flux_msg_incref (const flux_msg_t *msg);
 void flux_msg_decref (const flux_msg_t *msg);
 bool flux_msg_is_streaming (const flux_msg_t *msg);
@@ -58,57 +84,36 @@ bool flux_disconnect_match (const flux_msg_t *msg1, const flux_msg_t *msg2);
 int flux_respond (flux_t *h, const flux_msg_t *request, const char *s);
 int flux_respond_error (flux_t *h, const flux_msg_t *request, int errnum,
                         const char *errstr);
-
-int gate_set_forward (flux_plugin_t *p, int flags);
-#define GATE_FORWARD_NEW ...
-#define GATE_FORWARD_DEPEND ...
-int gate_seen_jobmanager (flux_plugin_t *p);
-int gate_track (flux_plugin_t *p, flux_jobid_t id, int events);
-void gate_untrack (flux_plugin_t *p, flux_jobid_t id);
-int gate_epilog_start (flux_plugin_t *p, flux_jobid_t id,
-                       const char *description, double timeout);
-int gate_epilog_finish (flux_plugin_t *p, flux_jobid_t id,
-                        const char *description, int status);
-int gate_respond_hold (flux_plugin_t *p, const flux_msg_t *msg,
-                       flux_jobid_t id, const char *description,
-                       const char *state);
-int gate_respond_release (flux_plugin_t *p, const flux_msg_t *msg,
-                          int released, const char *reason);
-int gate_respond_activation (flux_plugin_t *p, const flux_msg_t *msg,
-                             flux_jobid_t id, const char *description,
-                             uint32_t userid, int ran);
-int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text);
-int gate_respond_watch (flux_plugin_t *p, const flux_msg_t *msg,
-                        flux_jobid_t id, const char *description,
-                        uint32_t userid, int ran, const char *point,
-                        int aborted);
-int gate_prolog_start (flux_plugin_t *p, flux_jobid_t id,
-                       const char *description, double timeout);
-int gate_prolog_finish (flux_plugin_t *p, flux_jobid_t id,
-                        const char *description, int status);
-int gate_want_run (flux_plugin_t *p, flux_jobid_t id);
-int gate_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
-                int severity, const char *note);
-int gate_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,
-                     uint32_t *userid);
-int gate_error (flux_plugin_t *p, flux_plugin_arg_t *args, const char *text);
-void gate_log (flux_plugin_t *p, int level, const char *text);
-
 flux_t *flux_jobtap_get_flux (flux_plugin_t *p);
-int flux_jobtap_service_register_ex (flux_plugin_t *p, const char *method,
-                                     uint32_t rolemask, flux_msg_handler_f cb,
-                                     void *arg);
 int flux_jobtap_job_event_posted (flux_plugin_t *p, flux_jobid_t id,
                                   const char *name);
+int flux_jobtap_prolog_start (flux_plugin_t *p, const char *description);
+int flux_jobtap_prolog_finish (flux_plugin_t *p, flux_jobid_t id,
+                               const char *description, int status);
+int flux_jobtap_epilog_start (flux_plugin_t *p, const char *description);
+int flux_jobtap_epilog_finish (flux_plugin_t *p, flux_jobid_t id,
+                               const char *description, int status);
 const char *flux_plugin_get_conf (flux_plugin_t *p);
 int flux_plugin_arg_get (flux_plugin_arg_t *args, int flags, char **json_str);
 int flux_plugin_arg_set (flux_plugin_arg_t *args, int flags,
                          const char *json_str);
 """
 
+#: Run when the embedded module starts: bind the plugin class to this
+#: library's ffi and lib (see plugin.py).
 INIT_CODE = """
-import flux_epilog_gate.jobtap.host  # defines the extern "Python" functions
+from {module} import ffi, lib
+from flux_epilog_gate.jobtap.plugin import bootstrap
+bootstrap(ffi, lib, {target!r})
 """
+
+_EXTERN_PYTHON = re.compile(r'extern\s+"Python"\s+([^;]*;)', re.S)
+
+
+def python_prototypes(cdef):
+    """The C prototypes of the extern "Python" functions of ``cdef``: the C
+    source must declare them, static, before it calls them."""
+    return "".join(f"static {decl}\n" for decl in _EXTERN_PYTHON.findall(cdef))
 
 
 class BuildError(Exception):
@@ -294,25 +299,81 @@ def c_string(value):
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def make_builder(bindings):
-    """Return a cffi FFI builder for the plugin.  With flux-python the
-    bindings are in the environment's own site-packages, so the embedded
-    interpreter needs no extra directory for them."""
+def module_name(name):
+    """The cffi module of plugin ``name`` (one per plugin: each library
+    has its own ffi and lib in the one interpreter)."""
+    return "_jobtap_" + re.sub(r"[^A-Za-z0-9_]", "_", name)
+
+
+class Extension:
+    """A plugin's own C, compiled into its library after runtime.c.
+
+    ``source``: C text (it may call runtime.c's functions, and name
+    runtime_request_cb as the fallback of its own message handlers);
+    ``cdef``: what Python calls in it, and its extern "Python" functions;
+    ``defines``: name -> value (str: a C string, int: a number), put in
+    front of everything, for constants C and Python share.
+    """
+
+    def __init__(self, source="", cdef="", defines=None):
+        self.source = source
+        self.cdef = cdef
+        self.defines = dict(defines or {})
+
+
+def _define(name, value):
+    text = c_string(value) if isinstance(value, str) else str(int(value))
+    return f"#define {name} {text}\n"
+
+
+def make_builder(
+    name,
+    target,
+    bindings,
+    extension=None,
+    site_levels=3,
+    pythonpath=(),
+    python=None,
+):
+    """Return a cffi FFI builder for plugin ``name`` whose Python class is
+    ``target`` ("module:Class").
+
+    ``site_levels``: how many directories below its site directory the
+    library is installed (0: none, as for a library built anywhere);
+    ``pythonpath``: more directories for sys.path; ``python``: the
+    interpreter whose environment the plugin runs in when it finds none
+    of its own (default: the base interpreter of this one).  With
+    flux-python the bindings are in the environment's own site-packages,
+    so the embedded interpreter needs no extra directory for them.
+    """
+    extension = extension or Extension()
     cflags = pkg_config("--cflags")
     libdirs = [w[2:] for w in pkg_config("--libs-only-L")]
     pylibdir = sysconfig.get_config_var("LIBDIR")
-    defines = (
-        f"#define GATE_BUILD_PYTHON {c_string(base_python())}\n"
-        f"#define GATE_FLUX_PYTHONPATH {c_string(bindings.path or '')}\n"
+    cdef = CDEF + extension.cdef
+    defines = {
+        "RUNTIME_NAME": name,
+        "RUNTIME_BUILD_PYTHON": python or base_python(),
+        "RUNTIME_FLUX_PYTHONPATH": bindings.path or "",
+        "RUNTIME_PYTHONPATH": ":".join(pythonpath),
+        "RUNTIME_SITE_LEVELS": site_levels,
+        **extension.defines,
+    }
+    with open(os.path.join(HERE, "runtime.c")) as f:
+        runtime = f.read()
+    source = (
+        "".join(_define(k, v) for k, v in defines.items())
+        + "#include <flux/core.h>\n#include <flux/jobtap.h>\n"
+        + python_prototypes(cdef)
+        + runtime
+        + extension.source
     )
-    with open(os.path.join(HERE, "entry.c")) as f:
-        source = defines + f.read()
-
+    module = module_name(name)
     builder = cffi.FFI()
-    builder.cdef(CDEF)
-    builder.embedding_init_code(INIT_CODE)
+    builder.cdef(cdef)
+    builder.embedding_init_code(INIT_CODE.format(module=module, target=target))
     builder.set_source(
-        MODULE,
+        module,
         source,
         libraries=["flux-core", "jansson", "dl"],
         include_dirs=[w[2:] for w in cflags if w.startswith("-I")],
@@ -327,15 +388,41 @@ def make_builder(bindings):
     return builder
 
 
-def compile_plugin(outdir, bindings=None, verbose=False):
-    """Compile the plugin into ``outdir``; return the path of the library."""
+def compile_plugin(outdir, name, target, bindings=None, verbose=False, **options):
+    """Compile plugin ``name`` (Python class ``target``, "module:Class")
+    into ``outdir``/NAME.so; return its path.  ``options``: those of
+    :func:`make_builder`."""
     bindings = bindings or preflight()
     os.makedirs(outdir, exist_ok=True)
-    target = os.path.join(os.path.abspath(outdir), PLUGIN)
+    target_path = os.path.join(os.path.abspath(outdir), f"{name}.so")
     with tempfile.TemporaryDirectory() as tmp:
-        make_builder(bindings).compile(tmpdir=tmp, target=target, verbose=verbose)
-    return target
+        make_builder(name, target, bindings, **options).compile(
+            tmpdir=tmp, target=target_path, verbose=verbose
+        )
+    return target_path
+
+
+def main(argv):
+    """``python -m flux_epilog_gate.jobtap.build NAME module:Class [DIR]
+    [PYTHONPATH...]``: build a plugin whose class is importable from the
+    given directories (or the environment) into DIR (default: .)."""
+    if len(argv) < 2:
+        sys.exit(f"usage: {sys.argv[0]} NAME module:Class [DIR] [PYTHONPATH...]")
+    name, target, outdir, *path = [*argv, "."] if len(argv) == 2 else argv
+    try:
+        print(
+            compile_plugin(
+                outdir,
+                name,
+                target,
+                site_levels=0,
+                pythonpath=[os.path.abspath(d) for d in path],
+                python=sys.executable,
+            )
+        )
+    except BuildError as exc:
+        sys.exit(f"error: {exc}")
 
 
 if __name__ == "__main__":
-    print(compile_plugin(sys.argv[1] if len(sys.argv) > 1 else HERE, verbose=True))
+    main(sys.argv[1:])

@@ -1,10 +1,11 @@
 """A thin, Pythonic face on the jobtap API of the job-manager.
 
-:class:`Jobtap` wraps one loaded plugin (a ``flux_plugin_t *``) and offers
-what the gate needs as plain methods that take and return Python values
-and raise OSError on failure.  It is also the gate's *port* (see
-:mod:`flux_epilog_gate.gate`).  Handles, messages, watchers, futures and
-eventlog entries come from flux-core's own Python bindings.
+:class:`Jobtap` wraps one loaded plugin instance (a ``flux_plugin_t *``)
+and offers the jobtap API as plain methods that take and return Python
+values and raise OSError on failure.  Handles, messages, watchers,
+futures and eventlog entries come from flux-core's own Python bindings.
+It names nothing of any particular plugin: a plugin's own port can
+subclass it (see plugin.py).
 """
 
 import errno
@@ -24,31 +25,29 @@ from flux.eventlog import EventLogEvent
 from flux.future import Future
 from flux.job import JobID
 
-from ._entry import ffi, lib
 
-EXCEPTION_TYPE = b"epilog"
-EXCEPTION_SEVERITY = 1
-#: Job exception raised for a failed prolog hold: fatal, the job never
-#: starts.
-PROLOG_EXCEPTION_TYPE = b"prolog"
-
-
-def _address(cdata):
-    return int(ffi.cast("uintptr_t", cdata))
-
-
-def _oserror():
+def _oserror(ffi):
     errnum = ffi.errno
-    return OSError(errnum, __import__("os").strerror(errnum))
+    return OSError(errnum, os.strerror(errnum))
 
 
 class Jobtap:
-    """The job-manager, as seen by one loaded instance of the plugin."""
+    """The job-manager, as seen by one loaded instance of a plugin.
 
-    def __init__(self, p):
+    ``ffi`` and ``lib`` are those of the plugin's library (each plugin
+    built with build.py has its own); ``topics`` maps the names of the
+    job topics it declared to their numbers.
+    """
+
+    def __init__(self, p, ffi, lib, topics=None):
         self.p = p
+        self.ffi = ffi
+        self.lib = lib
+        self.topics = dict(topics or {})
+        #: The plugin's name (set by the runtime).
+        self.plugin_name = None
         self.flux = flux.Flux(
-            handle=flux_ffi.cast("flux_t *", _address(lib.flux_jobtap_get_flux(p)))
+            handle=flux_ffi.cast("flux_t *", self.address(lib.flux_jobtap_get_flux(p)))
         )
         # The handle belongs to the job-manager: never close it.
         self.flux.incref()
@@ -58,10 +57,22 @@ class Jobtap:
         self._commits = set()
         self._streams = set()
 
+    def address(self, cdata):
+        return int(self.ffi.cast("uintptr_t", cdata))
+
+    def oserror(self):
+        """The OSError of the errno a failed C call left."""
+        return _oserror(self.ffi)
+
+    def check(self, rc):
+        """Raise the OSError of a C call that returned ``rc`` < 0."""
+        if rc < 0:
+            raise _oserror(self.ffi)
+
     # Logging and error containment
 
     def log(self, level, text):
-        lib.gate_log(self.p, level, text.encode("utf-8", "replace"))
+        self.lib.runtime_log(self.p, level, text.encode("utf-8", "replace"))
 
     def log_exception(self, where):
         """Log the exception being handled as one line."""
@@ -101,99 +112,93 @@ class Jobtap:
     def now(self):
         return time.time()
 
-    def _name(self, name):
+    def name(self, name):
+        """``name`` encoded, kept for the next call (names recur)."""
         encoded = self._names.get(name)
         if encoded is None:
             encoded = self._names[name] = name.encode()
         return encoded
 
     def job_info(self, jobid):
-        state = ffi.new("int *")
-        userid = ffi.new("uint32_t *")
-        if lib.gate_job_lookup(self.p, jobid, state, userid) < 0:
-            raise _oserror()
+        """``(state, userid)`` of an active job; OSError(ENOENT) if none."""
+        state = self.ffi.new("int *")
+        userid = self.ffi.new("uint32_t *")
+        self.check(self.lib.runtime_job_lookup(self.p, jobid, state, userid))
         return state[0], userid[0]
 
     def posted(self, jobid, name):
-        return lib.flux_jobtap_job_event_posted(self.p, jobid, self._name(name)) > 0
+        """True if event ``name`` was posted to the job since the
+        job-manager started."""
+        return self.lib.flux_jobtap_job_event_posted(self.p, jobid, self.name(name)) > 0
 
-    def epilog_start(self, jobid, description, timeout=None):
-        """Post ``epilog-start``, marked as the gate's (packed in C)."""
-        if (
-            lib.gate_epilog_start(
-                self.p,
-                jobid,
-                description.encode(),
-                -1.0 if timeout is None else timeout,
+    def post_event(self, jobid, name, context=None):
+        """Post event ``name`` to the job's eventlog, with ``context`` (a
+        dict) if given."""
+        text = self.ffi.NULL if context is None else json.dumps(context).encode()
+        self.check(self.lib.runtime_post_event(self.p, jobid, self.name(name), text))
+
+    def raise_job_exception(self, jobid, type, severity, note):
+        """Raise a job exception (severity 0 is fatal)."""
+        self.check(
+            self.lib.runtime_raise(
+                self.p, jobid, self.name(type), severity, note.encode()
             )
-            < 0
-        ):
-            raise _oserror()
-
-    def epilog_finish(self, jobid, description, status):
-        """Post ``epilog-finish``, marked as the gate's (packed in C)."""
-        if lib.gate_epilog_finish(self.p, jobid, description.encode(), status) < 0:
-            raise _oserror()
-
-    def annotate(self, jobid, text):
-        """Set the job's ``user.epilog_gate`` annotation to ``text`` (None:
-        remove it) with a memo event."""
-        encoded = ffi.NULL if text is None else text.encode()
-        if lib.gate_memo(self.p, jobid, encoded) < 0:
-            raise _oserror()
-
-    def raise_exception(self, jobid, note):
-        if (
-            lib.gate_raise(
-                self.p, jobid, EXCEPTION_TYPE, EXCEPTION_SEVERITY, note.encode()
-            )
-            < 0
-        ):
-            raise _oserror()
-
-    def prolog_start(self, jobid, description, timeout=None):
-        """Post ``prolog-start``, marked as the gate's (packed in C)."""
-        timeout = -1.0 if timeout is None else timeout
-        if lib.gate_prolog_start(self.p, jobid, description.encode(), timeout) < 0:
-            raise _oserror()
-
-    def prolog_finish(self, jobid, description, status):
-        """Post ``prolog-finish``, marked as the gate's (packed in C)."""
-        if lib.gate_prolog_finish(self.p, jobid, description.encode(), status) < 0:
-            raise _oserror()
-
-    def raise_fatal(self, jobid, note):
-        if lib.gate_raise(self.p, jobid, PROLOG_EXCEPTION_TYPE, 0, note.encode()) < 0:
-            raise _oserror()
-
-    def want_run(self, jobid):
-        """Also send the tracked job's job.state.run to Python."""
-        if lib.gate_want_run(self.p, jobid) < 0:
-            raise _oserror()
+        )
 
     def cancel(self, jobid, note):
         """Raise a fatal job exception of type ``cancel``, as ``flux
         cancel`` does."""
-        if lib.gate_raise(self.p, jobid, b"cancel", 0, note.encode()) < 0:
-            raise _oserror()
+        self.raise_job_exception(jobid, "cancel", 0, note)
 
-    def track(self, jobid, events=True):
-        """Send the job's callbacks to Python; with ``events`` also its
-        job.event.* callbacks."""
-        if lib.gate_track(self.p, jobid, 1 if events else 0) < 0:
-            raise _oserror()
+    def prolog_start_current(self, description):
+        """Start a prolog action of the job of the current callback: it
+        does not start before :meth:`prolog_finish_job`."""
+        self.check(self.lib.flux_jobtap_prolog_start(self.p, description.encode()))
 
-    def untrack(self, jobid):
-        lib.gate_untrack(self.p, jobid)
-
-    def forward(self, new=False, depend=False):
-        """Forward every job.new / job.state.depend to Python, not only
-        those of tracked jobs."""
-        flags = (lib.GATE_FORWARD_NEW if new else 0) | (
-            lib.GATE_FORWARD_DEPEND if depend else 0
+    def prolog_finish_job(self, jobid, description, status=0):
+        self.check(
+            self.lib.flux_jobtap_prolog_finish(
+                self.p, jobid, description.encode(), status
+            )
         )
-        if lib.gate_set_forward(self.p, flags) < 0:
-            raise _oserror()
+
+    def epilog_start_current(self, description):
+        """Start an epilog action of the job of the current callback: it is
+        not freed (or cleaned) before :meth:`epilog_finish_job`."""
+        self.check(self.lib.flux_jobtap_epilog_start(self.p, description.encode()))
+
+    def epilog_finish_job(self, jobid, description, status=0):
+        self.check(
+            self.lib.flux_jobtap_epilog_finish(
+                self.p, jobid, description.encode(), status
+            )
+        )
+
+    # Which jobs reach Python
+
+    def mark(self, jobid, events=False):
+        """Send the job's calls of the plugin's job topics to Python; with
+        ``events``, subscribe to its job.event.* calls too."""
+        self.check(self.lib.runtime_mark(self.p, jobid, 1 if events else 0))
+
+    def unmark(self, jobid):
+        """Stop sending the job's calls (and events) to Python."""
+        self.lib.runtime_unmark(self.p, jobid)
+
+    def want(self, jobid, topic):
+        """Also send the marked job's calls of topic ``topic``, declared
+        ``wanted=True``."""
+        self.check(self.lib.runtime_want(self.p, jobid, self.topics[topic]))
+
+    def forward(self, topic, on=True):
+        """Send ``topic`` (declared ``every_job=True``) for every job, or
+        stop."""
+        self.check(self.lib.runtime_forward(self.p, self.topics[topic], int(on)))
+
+    def seen_jobmanager(self):
+        """True if an earlier instance of this plugin ran in this same
+        job-manager (the next call answers True)."""
+        return bool(self.lib.runtime_seen_jobmanager(self.p))
 
     # Reactor
 
@@ -325,107 +330,73 @@ class Jobtap:
         os.kill(os.getpid(), signal.SIGTERM)
 
     # Services
-    #
-    # Requests are decoded in C (entry.c) and answered here with libflux
-    # calls on the raw message: the hot path of every hold and release.
 
-    def register(self, method, index, guests=False):
-        rolemask = lib.FLUX_ROLE_OWNER | (lib.FLUX_ROLE_USER if guests else 0)
-        arg = ffi.cast("void *", index)
-        if (
-            lib.flux_jobtap_service_register_ex(
-                self.p, method.encode(), rolemask, lib.gate_request_cb, arg
+    def register(self, method, index, guests=False, handler=None):
+        """Register RPC method ``method`` (Python's number ``index``),
+        answered by runtime_request_cb or by the C message handler
+        ``handler`` of the plugin's extension."""
+        rolemask = self.lib.FLUX_ROLE_OWNER | (self.lib.FLUX_ROLE_USER if guests else 0)
+        cb = self.lib.runtime_request_cb if handler is None else handler
+        self.check(
+            self.lib.runtime_service_register(
+                self.p, method.encode(), index, rolemask, cb
             )
-            < 0
-        ):
-            raise _oserror()
+        )
 
     def send(self, msg, payload):
         """Respond to request ``msg``; False if that failed."""
         text = json.dumps(payload, separators=(",", ":")).encode()
-        return lib.flux_respond(self.h, msg, text) == 0
-
-    def send_activation(self, msg, activation):
-        """Send one ``watch`` response; False if that failed."""
-        return (
-            lib.gate_respond_watch(
-                self.p,
-                msg,
-                activation["id"],
-                activation["description"].encode(),
-                activation["userid"],
-                activation["ran"],
-                self._name(activation["point"]),
-                activation.get("aborted", False),
-            )
-            == 0
-        )
-
-    def send_hold(self, msg, hold):
-        """Answer a ``hold`` request with ``hold``."""
-        lib.gate_respond_hold(
-            self.p, msg, hold.id, hold.description.encode(), self._name(hold.state)
-        )
-
-    def send_release(self, msg, released, reason=None):
-        """Answer a ``release`` request."""
-        lib.gate_respond_release(
-            self.p, msg, released, ffi.NULL if reason is None else reason.encode()
-        )
+        return self.lib.flux_respond(self.h, msg, text) == 0
 
     def respond_error(self, msg, errnum, text):
-        lib.flux_respond_error(self.h, msg, errnum, text.encode("utf-8", "replace"))
+        self.lib.flux_respond_error(
+            self.h, msg, errnum, text.encode("utf-8", "replace")
+        )
+
+    def keep_request(self, msg):
+        """A reference on request ``msg`` that outlives the callback (for a
+        later or streaming answer); dropped when Python collects it."""
+        return self.ffi.gc(self.lib.flux_msg_incref(msg), self.lib.flux_msg_decref)
+
+    def is_streaming(self, msg):
+        return bool(self.lib.flux_msg_is_streaming(msg))
+
+    def disconnect_match(self, msg, other):
+        """True if request ``other`` came from the client that sent
+        disconnect request ``msg``."""
+        return bool(self.lib.flux_disconnect_match(msg, other))
+
+    def request_payload(self, text):
+        """Decoded JSON payload of a request (None if it has none)."""
+        if text == self.ffi.NULL:
+            return None
+        try:
+            return json.loads(self.ffi.string(text))
+        except RecursionError:
+            raise ValueError("JSON nested too deeply") from None
 
     # Plugin arguments
 
     def load_options(self):
-        conf = lib.flux_plugin_get_conf(self.p)
-        return json.loads(ffi.string(conf)) if conf != ffi.NULL else {}
+        """The options of the load (``flux jobtap load NAME k=v``)."""
+        conf = self.lib.flux_plugin_get_conf(self.p)
+        return json.loads(self.ffi.string(conf)) if conf != self.ffi.NULL else {}
 
-
-def request_payload(text):
-    """Decoded JSON payload of a request (None if it has none)."""
-    if text == ffi.NULL:
-        return None
-    try:
-        return json.loads(ffi.string(text))
-    except RecursionError:
-        raise ValueError("JSON nested too deeply") from None
-
-
-def keep_request(msg):
-    """A reference on request ``msg`` that outlives the callback (for a
-    streaming answer); dropped when Python collects it."""
-    return ffi.gc(lib.flux_msg_incref(msg), lib.flux_msg_decref)
-
-
-def is_streaming(msg):
-    return bool(lib.flux_msg_is_streaming(msg))
-
-
-def disconnect_match(msg, other):
-    """True if request ``other`` came from the client that sent disconnect
-    request ``msg``."""
-    return bool(lib.flux_disconnect_match(msg, other))
-
-
-def arg_in(args):
-    """The IN arguments of a jobtap callback, decoded."""
-    text = ffi.new("char **")
-    if lib.flux_plugin_arg_get(args, lib.FLUX_PLUGIN_ARG_IN, text) < 0:
-        raise _oserror()
-    return json.loads(ffi.string(text[0]))
-
-
-def arg_out(args, value):
-    """Set the OUT arguments of a jobtap callback."""
-    if (
-        lib.flux_plugin_arg_set(
-            args, lib.FLUX_PLUGIN_ARG_OUT, json.dumps(value).encode()
+    def arg_in(self, args):
+        """The IN arguments of a jobtap callback, decoded."""
+        text = self.ffi.new("char **")
+        self.check(
+            self.lib.flux_plugin_arg_get(args, self.lib.FLUX_PLUGIN_ARG_IN, text)
         )
-        < 0
-    ):
-        raise _oserror()
+        return json.loads(self.ffi.string(text[0]))
+
+    def arg_out(self, args, value):
+        """Set the OUT arguments of a jobtap callback."""
+        self.check(
+            self.lib.flux_plugin_arg_set(
+                args, self.lib.FLUX_PLUGIN_ARG_OUT, json.dumps(value).encode()
+            )
+        )
 
 
 def _parse_eventlog(text):

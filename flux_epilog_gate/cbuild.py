@@ -1,0 +1,95 @@
+"""Build epilog-gate.so: the runtime (jobtap/) with the gate as its plugin.
+
+The gate's C (fastpath.c) is the runtime's extension: its cdef below is
+the one statement of the signatures C and Python share, and the
+constants C needs are taken from the Python modules that own them
+(holdlog.MARKER, holds' description grammar), so nothing is copied by
+hand.  setup.py calls :func:`compile_gate` while building the package;
+it runs before the package's dependencies are installed, so this module
+imports nothing of flux and loads holds.py and holdlog.py on their own.
+"""
+
+import importlib
+import os
+import sys
+import types
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "jobtap"))
+import build as runtime_build  # noqa: E402
+
+sys.path.pop(0)
+
+NAME = "epilog-gate"
+TARGET = "flux_epilog_gate.plugin:EpilogGatePlugin"
+
+#: The user annotation (``user.epilog_gate``) naming a job's active holds.
+ANNOTATION = "epilog_gate"
+
+CDEF = """
+extern "Python" void gate_py_hold (void *self, const flux_msg_t *msg,
+                                   flux_jobid_t id, const char *description,
+                                   double timeout);
+extern "Python" void gate_py_release (void *self, const flux_msg_t *msg,
+                                      flux_jobid_t id,
+                                      const char *description, int status);
+void gate_hold_cb (flux_t *h, flux_msg_handler_t *mh, const flux_msg_t *msg,
+                   void *arg);
+void gate_release_cb (flux_t *h, flux_msg_handler_t *mh,
+                      const flux_msg_t *msg, void *arg);
+int gate_post_start (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                     const char *description, double timeout);
+int gate_post_finish (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                      const char *description, int status);
+int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text);
+int gate_respond_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
+                       const char *description, const char *state);
+int gate_respond_release (flux_t *h, const flux_msg_t *msg, int released,
+                          const char *reason);
+int gate_respond_watch (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
+                        const char *description, uint32_t userid, int ran,
+                        const char *point, int aborted);
+"""
+
+
+def _gate_module(name):
+    """Module ``name`` of this package, imported without the package's
+    __init__ (which needs flux)."""
+    package = "_flux_epilog_gate_build"
+    if package not in sys.modules:
+        stub = types.ModuleType(package)
+        stub.__path__ = [HERE]
+        sys.modules[package] = stub
+    return importlib.import_module(f"{package}.{name}")
+
+
+def shared_constants():
+    """The constants fastpath.c shares with Python, from their owners."""
+    holds = _gate_module("holds")
+    holdlog = _gate_module("holdlog")
+    allowed = "".join(
+        chr(c) for c in range(1, 128) if holds.description_error(chr(c)) is None
+    )
+    return {
+        "GATE_MARKER": holdlog.MARKER,
+        "GATE_ANNOTATION": ANNOTATION,
+        "GATE_DESCRIPTION_MAX": holds.DESCRIPTION_MAX,
+        "GATE_DESCRIPTION_CHARS": allowed,
+    }
+
+
+def extension():
+    with open(os.path.join(HERE, "fastpath.c")) as f:
+        source = f.read()
+    return runtime_build.Extension(source, CDEF, shared_constants())
+
+
+def compile_gate(outdir, bindings=None, verbose=False):
+    """Compile epilog-gate.so into ``outdir``; return its path."""
+    return runtime_build.compile_plugin(
+        outdir, NAME, TARGET, bindings, verbose=verbose, extension=extension()
+    )
+
+
+if __name__ == "__main__":
+    print(compile_gate(sys.argv[1] if len(sys.argv) > 1 else HERE, verbose=True))

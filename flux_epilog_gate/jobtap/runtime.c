@@ -1,0 +1,708 @@
+/* The C side of a Python jobtap plugin.
+ *
+ * The job-manager dlopen()s a plugin RTLD_LOCAL from its own thread and
+ * calls flux_plugin_init().  The plugin itself is a Python class (see
+ * plugin.py); this file, compiled by build.py into NAME.so as the source
+ * of a cffi embedding module, only
+ *
+ *  - makes libpython's symbols visible to extension modules imported later,
+ *  - starts the interpreter of the environment the plugin belongs to, once
+ *    per broker,
+ *  - forwards jobtap callbacks to Python, but only those the plugin asked
+ *    for and, for most topics, only for jobs it marked, so that other jobs
+ *    never pay for a trip into the interpreter,
+ *  - offers a few fixed-signature wrappers around variadic flux calls.
+ *
+ * build.py puts in front of it the RUNTIME_* defines and the prototypes of
+ * the extern "Python" functions (generated from its cdef), and after it
+ * the plugin's own C extension, if any (see runtime_request_cb).
+ */
+#include <dlfcn.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <jansson.h>
+#include <flux/core.h>
+#include <flux/jobtap.h>
+
+/* How the plugin wants a job topic forwarded (plugin.py declares them). */
+enum runtime_topic_mode {
+    RUNTIME_TOPIC_MARKED = 0, /* for jobs the plugin marked */
+    RUNTIME_TOPIC_ALL = 1,    /* for every job, while switched on */
+    RUNTIME_TOPIC_WANTED = 2, /* for marked jobs that want this topic */
+};
+
+/* Indexes of the plugin topics forwarded to runtime_py_plugin. */
+enum runtime_plugin_topic {
+    RUNTIME_PLUGIN_CONF = 0,
+    RUNTIME_PLUGIN_QUERY = 1,
+};
+
+#define RUNTIME_MAX_TOPICS 32
+#define RUNTIME_MARK "jobtap-runtime::mark"
+#define RUNTIME_JM_AUX "jobtap-runtime::job-manager::" RUNTIME_NAME
+#define RUNTIME_CTX "jobtap-runtime::ctx"
+/* Matches job.state.* and job.event.*, nothing else (see below). */
+#define RUNTIME_JOB_TOPICS "job.[se][tv][ae][tn][et].*"
+/* Matches conf.update and plugin.query. */
+#define RUNTIME_PLUGIN_TOPICS "[cp][ol][nu][fg][.i]*"
+
+struct runtime_topic {
+    char name[64];
+    int mode;
+    int on;             /* RUNTIME_TOPIC_ALL: forwarding is switched on */
+};
+
+/* One registered RPC method: the argument of its message handler. */
+struct runtime_method {
+    struct runtime_ctx *ctx;
+    int index;
+    struct runtime_method *next;
+};
+
+/* The state of one plugin instance, hung on its flux_plugin_t.  The
+ * statics of this library are shared by every flux_plugin_t the
+ * job-manager makes of it, and a load that fails or is refused creates
+ * one too (flux_plugin_init runs before the job-manager checks the name
+ * and the config): that instance must leave the loaded one's state alone.
+ */
+struct runtime_ctx {
+    flux_plugin_t *p;
+    void *self;         /* the Python instance (a cffi handle), once made */
+    struct runtime_topic topics[RUNTIME_MAX_TOPICS];
+    int ntopics;
+    int marked;         /* jobs carrying our mark */
+    int job_handler;    /* the handler of job.state.* / job.event.* is on */
+    int new_handler;    /* the handler of job.new is on */
+    struct runtime_method *methods;
+};
+
+/* A job's mark: the job reaches Python (marked), and the WANTED topics it
+ * asked for (bit i: topic i).  Kept, unmarked, while it still wants some.
+ */
+struct runtime_mark {
+    struct runtime_ctx *ctx;
+    int marked;
+    unsigned int wants;
+};
+
+static struct runtime_ctx *runtime_ctx_get (flux_plugin_t *p)
+{
+    struct runtime_ctx *ctx = flux_plugin_aux_get (p, RUNTIME_CTX);
+
+    if (!ctx)
+        errno = EINVAL;
+    return ctx;
+}
+
+/* Promote libpython to RTLD_GLOBAL.  The job-manager opened us (and so
+ * libpython) RTLD_LOCAL, which hides Py* symbols from extension modules
+ * such as _cffi_backend or _json imported later.
+ */
+__attribute__ ((constructor)) static void runtime_promote_libpython (void)
+{
+    Dl_info info;
+
+    if (dladdr ((void *)Py_IsInitialized, &info) && info.dli_fname)
+        (void)dlopen (info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_GLOBAL);
+}
+
+static int runtime_dirname (char *path, int levels)
+{
+    while (levels-- > 0) {
+        char *slash = strrchr (path, '/');
+        if (!slash || slash == path)
+            return -1;
+        *slash = '\0';
+    }
+    return 0;
+}
+
+/* With RUNTIME_SITE_LEVELS > 0 the library lives that many directories
+ * below <site> (<site>/package/jobtap/NAME.so: 3).  Fill 'site' with
+ * <site> (empty if none), and 'prog' with the interpreter of the
+ * environment that owns it (<prefix>/bin/pythonX.Y, where <site> is
+ * <prefix>/lib/pythonX.Y/site-packages), falling back to the interpreter
+ * named at build time.
+ */
+static int runtime_locate (char *site, char *prog, size_t progsz)
+{
+    Dl_info info;
+    char prefix[PATH_MAX];
+
+    site[0] = '\0';
+    if (RUNTIME_SITE_LEVELS > 0) {
+        if (!dladdr ((void *)runtime_locate, &info) || !info.dli_fname
+            || !realpath (info.dli_fname, site)
+            || runtime_dirname (site, RUNTIME_SITE_LEVELS) < 0)
+            return -1;
+        snprintf (prefix, sizeof (prefix), "%s", site);
+        if (runtime_dirname (prefix, 3) == 0) {
+            snprintf (prog, progsz, "%s/bin/python%d.%d",
+                      prefix, PY_MAJOR_VERSION, PY_MINOR_VERSION);
+            if (access (prog, X_OK) == 0)
+                return 0;
+        }
+    }
+    snprintf (prog, progsz, "%s", RUNTIME_BUILD_PYTHON);
+    return 0;
+}
+
+static int runtime_start_python (flux_t *h, const char *prog)
+{
+    PyPreConfig preconfig;
+    PyConfig config;
+    PyStatus status;
+
+    /* Leave the broker's locale and environment alone: by default Python
+     * sets LC_CTYPE for the whole process and, in the "C" locale, coerces
+     * it to C.UTF-8 and exports LC_CTYPE.  UTF-8 mode gives Python UTF-8
+     * without touching either.
+     */
+    PyPreConfig_InitPythonConfig (&preconfig);
+    preconfig.configure_locale = 0;
+    preconfig.coerce_c_locale = 0;
+    preconfig.coerce_c_locale_warn = 0;
+    preconfig.utf8_mode = 1;
+    preconfig.use_environment = 0;
+    preconfig.parse_argv = 0;
+    status = Py_PreInitialize (&preconfig);
+    if (PyStatus_Exception (status))
+        goto error_preinit;
+    PyConfig_InitPythonConfig (&config);
+    /* The broker's PATH, PYTHONHOME and PYTHONPATH describe whatever
+     * started the instance, not the environment we were installed in.
+     */
+    config.use_environment = 0;
+    config.user_site_directory = 0;
+    config.install_signal_handlers = 0;
+    config.parse_argv = 0;
+    status = PyConfig_SetBytesString (&config, &config.program_name, prog);
+    if (PyStatus_Exception (status))
+        goto error;
+    status = Py_InitializeFromConfig (&config);
+    if (PyStatus_Exception (status))
+        goto error;
+    PyConfig_Clear (&config);
+    /* Release the GIL: cffi takes it per call, from whichever thread. */
+    (void)PyEval_SaveThread ();
+    return 0;
+error:
+    PyConfig_Clear (&config);
+error_preinit:
+    flux_log (h, LOG_ERR, "%s: starting Python (%s) failed: %s",
+              RUNTIME_NAME, prog, status.err_msg ? status.err_msg : "unknown");
+    return -1;
+}
+
+/* Put the plugin's own directories and flux-core's bindings first on
+ * sys.path, also when another plugin started the interpreter before us.
+ * RUNTIME_PYTHONPATH is a ':'-separated list given at build time (empty
+ * words are skipped: with flux-python the bindings live in the site
+ * directory).
+ */
+static int runtime_extend_path (flux_t *h, const char *site)
+{
+    char dirs[4 * PATH_MAX];
+    PyGILState_STATE gil = PyGILState_Ensure ();
+    PyObject *path = PySys_GetObject ("path");
+    char *saveptr = NULL;
+    int rc = -1;
+
+    snprintf (dirs, sizeof (dirs), "%s:%s:%s",
+              RUNTIME_FLUX_PYTHONPATH, RUNTIME_PYTHONPATH, site);
+    if (!path || !PyList_Check (path))
+        goto done;
+    for (char *dir = strtok_r (dirs, ":", &saveptr); dir;
+         dir = strtok_r (NULL, ":", &saveptr)) {
+        PyObject *s = PyUnicode_DecodeFSDefault (dir);
+        int present = s ? PySequence_Contains (path, s) : -1;
+        if (present < 0 || (!present && PyList_Insert (path, 0, s) < 0)) {
+            Py_XDECREF (s);
+            goto done;
+        }
+        Py_DECREF (s);
+    }
+    rc = 0;
+done:
+    if (rc < 0) {
+        PyErr_Clear ();
+        flux_log (h, LOG_ERR, "%s: cannot extend sys.path", RUNTIME_NAME);
+    }
+    PyGILState_Release (gil);
+    return rc;
+}
+
+/* The index of the plugin's topic 'topic', or -1. */
+static int runtime_topic_index (const struct runtime_ctx *ctx,
+                                const char *topic)
+{
+    for (int i = 0; i < ctx->ntopics; i++) {
+        if (!strcmp (topic, ctx->topics[i].name))
+            return i;
+    }
+    return -1;
+}
+
+static int runtime_job_cb (flux_plugin_t *p,
+                           const char *topic,
+                           flux_plugin_arg_t *args,
+                           void *data);
+
+/* Is some RUNTIME_TOPIC_ALL topic other than job.new switched on? */
+static int runtime_all_on (const struct runtime_ctx *ctx)
+{
+    for (int i = 0; i < ctx->ntopics; i++) {
+        if (ctx->topics[i].mode == RUNTIME_TOPIC_ALL && ctx->topics[i].on
+            && strcmp (ctx->topics[i].name, "job.new") != 0)
+            return 1;
+    }
+    return 0;
+}
+
+/* The job-manager matches every jobtap call of every job against every
+ * handler pattern of every plugin with fnmatch(), which in a UTF-8 locale
+ * converts both strings to wide characters each time: the handlers a
+ * plugin registers are its main cost on jobs it does not care about.  So
+ * one pattern stays registered, for conf.update and plugin.query; the one
+ * for job.state.* and job.event.* is registered only while some job is
+ * marked or some topic is forwarded for every job, and the topics are
+ * narrowed in C.  Neither pattern may match job.update.*, job.validate
+ * and the like: a handler for those would take part in deciding them.
+ */
+static int runtime_sync_handlers (struct runtime_ctx *ctx)
+{
+    int want = ctx->marked > 0 || runtime_all_on (ctx);
+
+    if (want == ctx->job_handler)
+        return 0;
+    if (want) {
+        if (flux_plugin_add_handler (ctx->p, RUNTIME_JOB_TOPICS,
+                                     runtime_job_cb, ctx) < 0)
+            return -1;
+    }
+    else if (flux_plugin_remove_handler (ctx->p, RUNTIME_JOB_TOPICS) < 0)
+        return -1;
+    ctx->job_handler = want;
+    return 0;
+}
+
+/* Should the current job's call of topic 'i' reach Python? */
+static int runtime_wanted (flux_plugin_t *p,
+                           const struct runtime_topic *t,
+                           int i,
+                           struct runtime_mark **markp)
+{
+    struct runtime_mark *mark;
+
+    if (t->mode == RUNTIME_TOPIC_ALL)
+        return t->on;
+    mark = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, RUNTIME_MARK);
+    *markp = mark;
+    if (!mark || !mark->marked)
+        return 0;
+    return t->mode == RUNTIME_TOPIC_MARKED || (mark->wants & (1u << i));
+}
+
+static void runtime_unmark_current (flux_plugin_t *p, struct runtime_ctx *ctx,
+                                    struct runtime_mark *mark)
+{
+    if (mark && mark->marked) {
+        mark->marked = 0;
+        ctx->marked--;
+    }
+    (void)runtime_sync_handlers (ctx);
+}
+
+/* Jobtap callbacks of jobs: only the plugin's topics, and of those only
+ * the ones its marks or switches ask for, reach Python.
+ */
+static int runtime_job_cb (flux_plugin_t *p,
+                           const char *topic,
+                           flux_plugin_arg_t *args,
+                           void *data)
+{
+    struct runtime_ctx *ctx = data;
+    int i = runtime_topic_index (ctx, topic);
+    struct runtime_mark *mark = NULL;
+    flux_jobid_t id;
+    int state = 0;
+    json_int_t userid = 0;
+    int rc;
+
+    /* The last marked job went away (see runtime_unmarked). */
+    if (ctx->marked == 0 && ctx->job_handler)
+        (void)runtime_sync_handlers (ctx);
+    if (i < 0 || !runtime_wanted (p, &ctx->topics[i], i, &mark))
+        return 0;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:I s:i s:I}",
+                                "id", &id,
+                                "state", &state,
+                                "userid", &userid) < 0)
+        return -1;
+    rc = runtime_py_job (ctx->self, i, id, state, (uint32_t)userid, args);
+    /* An inactive job has nothing more to tell us: unmark it now rather
+     * than when it is purged, which may be much later.
+     */
+    if (!strcmp (topic, "job.state.inactive") && mark)
+        runtime_unmark_current (p, ctx, mark);
+    return rc;
+}
+
+static int runtime_plugin_cb (flux_plugin_t *p,
+                              const char *topic,
+                              flux_plugin_arg_t *args,
+                              void *data)
+{
+    struct runtime_ctx *ctx = data;
+
+    if (!strcmp (topic, "conf.update"))
+        return runtime_py_plugin (ctx->self, RUNTIME_PLUGIN_CONF, args);
+    if (!strcmp (topic, "plugin.query"))
+        return runtime_py_plugin (ctx->self, RUNTIME_PLUGIN_QUERY, args);
+    return 0;
+}
+
+/* The message handler of every RPC method, unless the plugin's C
+ * extension registers its own (which may end in this one): the request
+ * is decoded here, so Python gets plain values.
+ */
+void runtime_request_cb (flux_t *h,
+                         flux_msg_handler_t *mh,
+                         const flux_msg_t *msg,
+                         void *arg)
+{
+    struct runtime_method *m = arg;
+    const char *payload = NULL;
+    struct flux_msg_cred cred;
+
+    if (flux_msg_get_cred (msg, &cred) < 0
+        || flux_request_decode (msg, NULL, &payload) < 0)
+        goto error;
+    runtime_py_request (m->ctx->self, msg, m->index, cred.userid,
+                        cred.rolemask, payload);
+    return;
+error:
+    if (flux_respond_error (h, msg, errno, NULL) < 0)
+        flux_log_error (h, "%s: responding", RUNTIME_NAME);
+}
+
+/* For a C extension's message handler: the Python instance of the plugin
+ * its method belongs to.
+ */
+static inline void *runtime_method_self (void *arg)
+{
+    return ((struct runtime_method *)arg)->ctx->self;
+}
+
+/* debug-fault=plugin-init in the load options: fail there (tests only). */
+static int runtime_fault (flux_plugin_t *p, const char *where)
+{
+    const char *fault = NULL;
+
+    if (flux_plugin_conf_unpack (p, "{s:s}", "debug-fault", &fault) < 0
+        || strcmp (fault, where) != 0)
+        return 0;
+    flux_log (flux_jobtap_get_flux (p), LOG_ERR,
+              "%s: debug-fault=%s: injected failure", RUNTIME_NAME, where);
+    return 1;
+}
+
+/* The instance is destroyed: the load failed or was refused, or the
+ * plugin is being removed.  Python decides which.
+ */
+static void runtime_ctx_destroy (void *arg)
+{
+    struct runtime_ctx *ctx = arg;
+
+    if (ctx->self)
+        runtime_py_unload (ctx->self);
+    while (ctx->methods) {
+        struct runtime_method *next = ctx->methods->next;
+        free (ctx->methods);
+        ctx->methods = next;
+    }
+    free (ctx);
+}
+
+/* Nothing here may touch what a loaded instance uses: this load may still
+ * be refused (a duplicate) or fail (its config).
+ */
+int flux_plugin_init (flux_plugin_t *p)
+{
+    static int python_started = 0;
+    flux_t *h = flux_jobtap_get_flux (p);
+    struct runtime_ctx *ctx;
+    char site[PATH_MAX];
+    char prog[PATH_MAX];
+
+    /* Services are named after the plugin, so name it before Python
+     * registers any.
+     */
+    if (flux_plugin_set_name (p, RUNTIME_NAME) < 0)
+        return -1;
+    if (!(ctx = calloc (1, sizeof (*ctx))))
+        return -1;
+    ctx->p = p;
+    if (flux_plugin_aux_set (p, RUNTIME_CTX, ctx, runtime_ctx_destroy) < 0) {
+        free (ctx);
+        return -1;
+    }
+    if (!python_started) {
+        if (runtime_locate (site, prog, sizeof (prog)) < 0) {
+            flux_log (h, LOG_ERR, "%s: cannot locate own library",
+                      RUNTIME_NAME);
+            return -1;
+        }
+        if (!Py_IsInitialized () && runtime_start_python (h, prog) < 0)
+            return -1;
+        if (runtime_extend_path (h, site) < 0)
+            return -1;
+        python_started = 1;
+    }
+    /* cffi answers NULL if its own start-up failed.  From now on Python is
+     * told when this instance goes away.
+     */
+    if (!(ctx->self = runtime_py_init (p))) {
+        flux_log (h, LOG_ERR, "%s: initialization failed", RUNTIME_NAME);
+        return -1;
+    }
+    if (runtime_fault (p, "plugin-init"))
+        return -1;
+    return flux_plugin_add_handler (p, RUNTIME_PLUGIN_TOPICS,
+                                    runtime_plugin_cb, ctx);
+}
+
+/* Helpers called from Python: fixed signatures around variadic calls. */
+
+const char *runtime_name (void)
+{
+    return RUNTIME_NAME;
+}
+
+/* Return 1 if an earlier instance of this plugin ran in this same
+ * job-manager, else 0 (and remember that one has).
+ */
+int runtime_seen_jobmanager (flux_plugin_t *p)
+{
+    flux_t *h = flux_jobtap_get_flux (p);
+
+    if (flux_aux_get (h, RUNTIME_JM_AUX))
+        return 1;
+    (void)flux_aux_set (h, RUNTIME_JM_AUX, (void *)RUNTIME_JM_AUX, NULL);
+    return 0;
+}
+
+/* Declare the plugin's job topic number ctx->ntopics. */
+int runtime_add_topic (flux_plugin_t *p, const char *name, int mode)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+
+    if (!ctx)
+        return -1;
+    if (ctx->ntopics == RUNTIME_MAX_TOPICS
+        || strlen (name) >= sizeof (ctx->topics[0].name)) {
+        errno = EOVERFLOW;
+        return -1;
+    }
+    snprintf (ctx->topics[ctx->ntopics].name, sizeof (ctx->topics[0].name),
+              "%s", name);
+    ctx->topics[ctx->ntopics].mode = mode;
+    ctx->topics[ctx->ntopics].on = 0;
+    return ctx->ntopics++;
+}
+
+/* Switch forwarding of RUNTIME_TOPIC_ALL topic 'i' to every job on or off.
+ * job.new has a handler of its own, kept (with the fnmatch it costs every
+ * jobtap call) only while it is on.
+ */
+int runtime_forward (flux_plugin_t *p, int i, int on)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+
+    if (!ctx)
+        return -1;
+    if (i < 0 || i >= ctx->ntopics || ctx->topics[i].mode != RUNTIME_TOPIC_ALL) {
+        errno = EINVAL;
+        return -1;
+    }
+    ctx->topics[i].on = on ? 1 : 0;
+    if (!strcmp (ctx->topics[i].name, "job.new") && on != ctx->new_handler) {
+        if (on) {
+            if (flux_plugin_add_handler (p, "job.new", runtime_job_cb, ctx) < 0)
+                return -1;
+        }
+        else if (flux_plugin_remove_handler (p, "job.new") < 0)
+            return -1;
+        ctx->new_handler = on ? 1 : 0;
+    }
+    return runtime_sync_handlers (ctx);
+}
+
+/* Destructor of a job's mark: also called when the job is destroyed or
+ * the plugin removed, so it must not touch the plugin.  The job-manager
+ * destroys the marks of an instance before the instance itself
+ * (jobtap_remove) and its jobs before its plugins (job-manager.c), so the
+ * context is still there.
+ */
+static void runtime_unmarked (void *arg)
+{
+    struct runtime_mark *mark = arg;
+
+    if (mark->marked && mark->ctx->marked > 0)
+        mark->ctx->marked--;
+    free (mark);
+}
+
+static struct runtime_mark *runtime_mark_get (flux_plugin_t *p,
+                                              flux_jobid_t id)
+{
+    struct runtime_mark *mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK);
+    struct runtime_ctx *ctx;
+
+    if (mark)
+        return mark;
+    if (!(ctx = runtime_ctx_get (p)) || !(mark = calloc (1, sizeof (*mark))))
+        return NULL;
+    mark->ctx = ctx;
+    if (flux_jobtap_job_aux_set (p, id, RUNTIME_MARK, mark,
+                                 runtime_unmarked) < 0) {
+        free (mark);
+        return NULL;
+    }
+    return mark;
+}
+
+/* Send the job's callbacks of MARKED topics to Python (with 'events',
+ * subscribe to its job.event.* callbacks too).
+ */
+int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events)
+{
+    struct runtime_mark *mark = runtime_mark_get (p, id);
+
+    if (!mark)
+        return -1;
+    if (!mark->marked) {
+        mark->marked = 1;
+        mark->ctx->marked++;
+        if (runtime_sync_handlers (mark->ctx) < 0)
+            return -1;
+    }
+    if (events && flux_jobtap_job_subscribe (p, id) < 0)
+        return -1;
+    return 0;
+}
+
+void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
+{
+    struct runtime_mark *mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK);
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+
+    flux_jobtap_job_unsubscribe (p, id);
+    if (mark && mark->marked) {
+        mark->marked = 0;
+        mark->ctx->marked--;
+    }
+    if (ctx)
+        (void)runtime_sync_handlers (ctx);
+}
+
+/* While it is marked, also send the job's calls of WANTED topic 'i'. */
+int runtime_want (flux_plugin_t *p, flux_jobid_t id, int i)
+{
+    struct runtime_mark *mark;
+
+    if (i < 0 || i >= RUNTIME_MAX_TOPICS) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!(mark = runtime_mark_get (p, id)))
+        return -1;
+    mark->wants |= 1u << i;
+    return 0;
+}
+
+/* Post event 'name' with context 'context' (a JSON object, or NULL). */
+int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                        const char *context)
+{
+    json_t *o = NULL;
+    int rc;
+
+    if (context && !(o = json_loads (context, 0, NULL))) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (o)
+        rc = flux_jobtap_event_post_pack (p, id, name, "O", o);
+    else
+        rc = flux_jobtap_event_post_pack (p, id, name, NULL);
+    json_decref (o);
+    return rc;
+}
+
+int runtime_raise (flux_plugin_t *p,
+                   flux_jobid_t id,
+                   const char *type,
+                   int severity,
+                   const char *note)
+{
+    return flux_jobtap_raise_exception (p, id, type, severity, "%s", note);
+}
+
+int runtime_job_lookup (flux_plugin_t *p,
+                        flux_jobid_t id,
+                        int *state,
+                        uint32_t *userid)
+{
+    flux_plugin_arg_t *args;
+    json_int_t uid;
+    int rc = -1;
+
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return -1;
+    if (flux_plugin_arg_unpack (args,
+                                FLUX_PLUGIN_ARG_IN,
+                                "{s:i s:I}",
+                                "state", state,
+                                "userid", &uid) == 0) {
+        *userid = (uint32_t)uid;
+        rc = 0;
+    }
+    flux_plugin_arg_destroy (args);
+    return rc;
+}
+
+/* Register RPC method 'name' (index 'index' for Python) with message
+ * handler 'cb' (runtime_request_cb or a C extension's).
+ */
+int runtime_service_register (flux_plugin_t *p, const char *name, int index,
+                              uint32_t rolemask, flux_msg_handler_f cb)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+    struct runtime_method *m;
+
+    if (!ctx || !(m = calloc (1, sizeof (*m))))
+        return -1;
+    m->ctx = ctx;
+    m->index = index;
+    m->next = ctx->methods;
+    ctx->methods = m;
+    return flux_jobtap_service_register_ex (p, name, rolemask, cb, m);
+}
+
+int runtime_error (flux_plugin_t *p, flux_plugin_arg_t *args, const char *text)
+{
+    return flux_jobtap_error (p, args, "%s", text);
+}
+
+void runtime_log (flux_plugin_t *p, int level, const char *text)
+{
+    flux_log (flux_jobtap_get_flux (p), level, "%s: %s", RUNTIME_NAME, text);
+}
+
+/* vi: ts=4 sw=4 expandtab
+ */

@@ -1,0 +1,442 @@
+"""The gate as a plugin of the jobtap runtime: epilog-gate.so's Python class.
+
+:class:`EpilogGatePlugin` wires the job-manager's calls and the RPC
+methods to the gate (:class:`flux_epilog_gate.gate.Gate`).  The runtime
+(:mod:`flux_epilog_gate.jobtap`) contains every exception: one becomes an
+error return (or an error response) and one log line, never a crash of
+the job-manager.
+
+One interpreter outlives ``flux jobtap remove``: the gate of a removed
+plugin is kept and taken over by the next load into the same
+job-manager, so holds survive a reload without reading anything back.  A
+new job-manager (module reload, instance restart, or a first load) reads
+the hold log (:mod:`flux_epilog_gate.holdlog`) at once and rebuilds the
+holds of the jobs it names from their entries and eventlogs; other jobs
+never see the gate.
+
+A load that fails or is refused leaves all of this alone: each load has
+an instance of its own, which takes over only once the load is committed
+(see :meth:`EpilogGatePlugin.commit`).
+"""
+
+import errno
+import syslog
+
+from . import holdlog, protocol
+from .config import Config, ConfigError
+from .errors import GateError
+from .gate import CLEANUP, INACTIVE, NEW, RUN, Gate
+from .holds import EPILOG
+from .jobtap.plugin import (
+    Plugin,
+    Refused,
+    internal_error,
+    job_topic,
+    plugin_topic,
+    request,
+)
+from .port import GatePort
+from .shutdown import BROKER_SHUTDOWN, Shutdown
+
+#: Error text that ends watch streams when the plugin goes away.
+UNLOADED = "epilog-gate was unloaded: watch again"
+
+
+def _answers_refusals(handler):
+    """A request handler whose GateError (ValueError: a malformed payload)
+    is its answer."""
+
+    def wrapper(self, request):
+        self.fault("request")
+        try:
+            handler(self, request)
+        except GateError as exc:
+            request.error(exc.errnum, exc.message)
+        except ValueError as exc:
+            request.error(errno.EPROTO, f"{request.method}: malformed payload: {exc}")
+
+    wrapper.__name__ = handler.__name__
+    wrapper.__doc__ = handler.__doc__
+    return wrapper
+
+
+class EpilogGatePlugin(Plugin):
+    """One instance of the plugin and, once its load is committed, the gate
+    it drives.
+
+    An instance is made for every load, including one the job-manager then
+    refuses (a duplicate) or fails (a bad configuration).  Until its first
+    ``conf.update`` succeeds, the last step of a load that can fail, it
+    touches nothing another instance uses: no gate, no services, no jobs.
+    """
+
+    port = GatePort
+
+    def __init__(self, jobtap):
+        super().__init__(jobtap)
+        self.gate = None
+        self.shutdown = None
+        self.recovering = False
+        self.carried = None
+        self._load_timer = None
+        self.seen = set()
+        # Entries of the hold log by job, or None if it could not be read.
+        self.log = {}
+        if self.jobtap.load_options().get("debug-fault") == "init":
+            raise RuntimeError("debug-fault=init: injected failure")
+
+    @property
+    def committed(self):
+        return _State.host is self
+
+    def commit(self, config):
+        """Take over as the gate of this job-manager: the load succeeds.
+
+        The gate of a removed instance is carried over; a new job-manager
+        starts a gate of its own and recovers the jobs the hold log names.
+        If anything here fails, the load fails and nothing has changed.
+        """
+        carried = _State.carried if self.jobtap.seen_jobmanager() else None
+        if carried is None or any(job.recovering for job in carried.jobs.values()):
+            self.log = self._read_log()
+        self.register()
+        # job.new is called for every active job right after the load (or,
+        # in a restarting job-manager, for every restored job); a timer
+        # fires only once that is done.
+        self.forward(new=True, depend=bool(config.rules))
+        self._load_timer = self.jobtap.timer(0.0, self._loaded)
+        # Nothing below can fail.
+        if carried is not None:
+            carried.attach(self.jobtap)
+            self.gate = carried
+        else:
+            self.gate = Gate(self.jobtap)
+        self.gate.reconfigure(config)
+        self.shutdown = Shutdown(self.gate, self.jobtap)
+        self.carried = carried
+        self.recovering = carried is None
+        _State.carried = None
+        _State.host = self
+        # Last: the broker's state streams to the committed instance only.
+        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
+
+    def _read_log(self):
+        """The hold log, read at once: only the jobs it names can have
+        holds (see holdlog.py).  None if it cannot be read: then every job
+        that may be at its epilog point is recovered."""
+        try:
+            text = self.jobtap.lookup_kvs(holdlog.KEY)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return {}
+            self.jobtap.log(syslog.LOG_ERR, f"reading {holdlog.KEY}: {exc}")
+            return None
+        log, skipped = holdlog.parse(text)
+        if skipped:
+            self.jobtap.log(
+                syslog.LOG_ERR, f"{holdlog.KEY}: skipped {skipped} malformed entries"
+            )
+        return log
+
+    def forward(self, new=False, depend=False):
+        """Send every job's job.new / job.state.depend, not only those of
+        tracked jobs (or stop)."""
+        self.jobtap.forward("job.new", new)
+        self.jobtap.forward("job.state.depend", depend)
+
+    def discard(self):
+        """A load that failed or was refused: drop this instance."""
+        if self._load_timer is not None:
+            self._load_timer.stop()
+            self._load_timer = None
+        self.jobtap.close()
+
+    # Jobs
+
+    def fault(self, where):
+        if self.gate.config.fault == where:
+            raise RuntimeError(f"debug-fault={where}: injected failure")
+
+    @job_topic("job.new", every_job=True)
+    def on_new(self, job):
+        self.fault("job")
+        self._on_new(job.id, job.state, job.userid)
+
+    @job_topic("job.state.depend", every_job=True)
+    def on_depend(self, job):
+        self.fault("job")
+        if self.gate.config.rules:
+            attributes = job.input.get("jobspec", {}).get("attributes", {})
+            self.gate.apply_rules(job.id, attributes)
+
+    @job_topic("job.state.cleanup")
+    def on_cleanup(self, job):
+        self.fault("job")
+        self.gate.on_cleanup(job.id)
+
+    @job_topic("job.state.inactive")
+    def on_inactive(self, job):
+        self.fault("job")
+        self.gate.on_inactive(job.id)
+
+    # Of a subscribed job's events only these move it to its epilog point.
+
+    @job_topic("job.event.finish")
+    def on_finish(self, job):
+        self.fault("job")
+        self.gate.on_event(job.id, "finish", job.state)
+
+    @job_topic("job.event.free")
+    def on_free(self, job):
+        self.fault("job")
+        self.gate.on_event(job.id, "free", job.state)
+
+    #: Entry to RUN matters only to jobs with prolog holds (port.want_run):
+    #: their prolog-start must be posted from this very callback.
+    @job_topic("job.state.run", wanted=True)
+    def on_run(self, job):
+        self.fault("job")
+        self.gate.on_run(job.id)
+
+    def _on_new(self, jobid, state, userid):
+        if state == NEW:
+            return
+        self.seen.add(jobid)
+        if self.carried is not None:
+            if self.gate.retrack(jobid, state):
+                self._recover(jobid)
+        elif self.recovering and (self.log is None or jobid in self.log):
+            self.gate.begin_recovery(jobid, userid)
+            self._recover(jobid)
+
+    def _recover(self, jobid):
+        """Rebuild the holds of a job: from its entries in the hold log, and
+        its eventlog if it may have active holds or has entries."""
+        try:
+            state, _ = self.jobtap.job_info(jobid)
+        except OSError:
+            state = INACTIVE
+        entries = (self.log or {}).get(jobid, [])
+        if not entries and state not in (RUN, CLEANUP):
+            self.gate.end_recovery(jobid, [])
+            return
+        self.jobtap.read_eventlog(
+            jobid, lambda events, error: self._recovered(jobid, entries, events, error)
+        )
+
+    def _recovered(self, jobid, entries, events, error):
+        if self.jobtap.p is None:
+            return
+        if error is not None:
+            self.jobtap.log(
+                syslog.LOG_ERR, f"recovering job {jobid}: eventlog lookup: {error}"
+            )
+            events = []
+        # A stable sort: at equal times a log entry comes first.
+        self.gate.end_recovery(jobid, sorted(entries + events, key=lambda e: e[0]))
+
+    def _loaded(self):
+        self._load_timer = None
+        if self.carried is not None:
+            self.gate.resume(self.seen)
+            self.carried = None
+        self.recovering = False
+        self.seen = set()
+        self.forward(depend=bool(self.gate.config.rules))
+
+    # Plugin callbacks
+
+    @plugin_topic("conf.update")
+    def configure(self, args):
+        conf = args.input.get("conf") or {}
+        try:
+            config = Config.from_sources(
+                self.jobtap.load_options(), conf.get("epilog-gate")
+            )
+        except ConfigError as exc:
+            raise Refused(f"epilog-gate: {exc}") from None
+        if not self.committed:
+            self.commit(config)
+            return
+        self.gate.reconfigure(config)
+        self.forward(new=self._load_timer is not None, depend=bool(config.rules))
+
+    @plugin_topic("plugin.query")
+    def query(self, args):
+        self.fault("query")
+        gate = self.gate
+        return {
+            "config": gate.config.to_dict(),
+            "counters": dict(
+                gate.stats,
+                holds=sum(len(job.holds) for job in gate.jobs.values()),
+                jobs=len(gate.jobs),
+                watchers=len(gate.watchers),
+                gone=len(gate.gone),
+                log_commits=gate.record.commits,
+            ),
+            "holds": gate.list(),
+        }
+
+    # Requests
+
+    @request("disconnect", guests=True)
+    def disconnect(self, request):
+        self.gate.unwatch(lambda sink: self.jobtap.disconnect_match(request.msg, sink))
+
+    @request("hold", guests=True, c_handler="gate_hold_cb")
+    @_answers_refusals
+    def hold_request(self, request):
+        """The general path of ``hold`` (the owner's well-formed requests
+        come decoded from C, see :meth:`fast_hold`)."""
+        _require_owner("hold", request.owner)
+        payload = request.payload
+        parsed = protocol.parse_hold(payload)
+        self.hold(request.msg, *parsed, point=protocol.parse_hold_point(payload))
+
+    @request("release", guests=True, c_handler="gate_release_cb")
+    @_answers_refusals
+    def release_request(self, request):
+        _require_owner("release", request.owner)
+        self.release(request.msg, *protocol.parse_release(request.payload))
+
+    @request("list", guests=True)
+    @_answers_refusals
+    def list_request(self, request):
+        payload = request.payload
+        jobid = protocol.parse_list(payload if payload is not None else {})
+        holds = self.gate.list(jobid, userid=None if request.owner else request.userid)
+        self.jobtap.send(request.msg, {"holds": holds})
+
+    @request("watch", guests=True)
+    @_answers_refusals
+    def watch_request(self, request):
+        if not self.jobtap.is_streaming(request.msg):
+            raise GateError(errno.EPROTO, "watch: request must be streaming")
+        payload = request.payload
+        payload = payload if payload is not None else {}
+        descriptions = protocol.parse_watch(payload)
+        points = protocol.parse_watch_points(payload)
+        self.gate.watch(
+            request.keep(),
+            descriptions,
+            userid=None if request.owner else request.userid,
+            points=points,
+        )
+
+    # Decoded in C (fastpath.c): the owner's well-formed hold and release.
+
+    @classmethod
+    def bind_externs(cls, ffi, lib):
+        """Define the extern "Python" functions fastpath.c calls."""
+
+        @ffi.def_extern()
+        def gate_py_hold(handle, msg, jobid, description, timeout):
+            ffi.from_handle(handle).fast_hold(msg, jobid, description, timeout)
+
+        @ffi.def_extern()
+        def gate_py_release(handle, msg, jobid, description, status):
+            ffi.from_handle(handle).fast_release(msg, jobid, description, status)
+
+    def fast_hold(self, msg, jobid, description, timeout):
+        self._decoded(
+            msg,
+            lambda: self.hold(
+                msg,
+                jobid,
+                self.jobtap.ffi.string(description).decode(),
+                None if timeout < 0 else timeout,
+            ),
+        )
+
+    def fast_release(self, msg, jobid, description, status):
+        self._decoded(
+            msg,
+            lambda: self.release(
+                msg, jobid, self.jobtap.ffi.string(description).decode(), status
+            ),
+        )
+
+    def _decoded(self, msg, handle):
+        """A request decoded in C: ``handle()`` answers it."""
+        try:
+            self.fault("request")
+            handle()
+        except GateError as exc:
+            self.jobtap.respond_error(msg, exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, msg)
+
+    # Both paths end here: the general one once Python has checked the
+    # payload, the owner's well-formed requests straight from C.
+
+    # The answer waits until the request's record is durable (see
+    # holdlog.py): the message is kept until then.
+
+    def hold(self, message, jobid, description, timeout, point=EPILOG):
+        kept = self.jobtap.keep_request(message)
+
+        def done(hold, error):
+            self._answer(kept, "hold", error, lambda: self.jobtap.send_hold(kept, hold))
+
+        self.gate.hold(jobid, description, timeout, point, done=done)
+
+    def release(self, message, jobid, description, status):
+        kept = self.jobtap.keep_request(message)
+
+        def done(result, error):
+            self._answer(
+                kept, "release", error, lambda: self.jobtap.send_release(kept, *result)
+            )
+
+        self.gate.release(jobid, description, status, done=done)
+
+    def _answer(self, msg, method, error, send):
+        """Answer a kept request once its record is durable, or with the
+        error that kept it from being so."""
+        if self.jobtap.p is None:
+            return
+        try:
+            if error is None:
+                send()
+            else:
+                self.jobtap.respond_error(
+                    msg, error.errno or errno.EIO, f"{method}: {error.strerror}"
+                )
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            self.jobtap.log_exception(f"answering {method}")
+
+    def unload(self):
+        """This instance is being destroyed.  A committed one ends the
+        watch streams (their clients watch again once the gate is back),
+        stops everything that would call back into it, and keeps the gate
+        for the next load; another one is simply dropped."""
+        if not self.committed:
+            self.discard()
+            return
+        _State.host = None
+        self._suspend()
+        _State.carried = self.gate
+
+    def _suspend(self):
+        for watcher in self.gate.watchers:
+            self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
+        self.gate.watchers = []
+        self.shutdown.stop()
+        self.gate.suspend()
+        self.jobtap.close()
+
+
+def _require_owner(method, owner):
+    if not owner:
+        raise GateError(errno.EPERM, f"{method}: only the instance owner may {method}")
+
+
+class _State:
+    """Module state that survives plugin remove and load."""
+
+    #: The one instance whose load was committed: it gets the jobs and
+    #: requests.
+    host = None
+    #: The gate of a removed instance, for the next load to take over.
+    carried = None

@@ -1,0 +1,125 @@
+"""The gate's port (see :mod:`flux_epilog_gate.gate`) on the jobtap runtime.
+
+:class:`GatePort` is the runtime's generic
+:class:`~flux_epilog_gate.jobtap.facade.Jobtap` plus what only the gate
+posts and answers: its marked epilog and prolog events, its annotation,
+its exception types, and the answers of a hold's life, packed in the
+gate's C (fastpath.c).
+"""
+
+from .holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
+from .jobtap.facade import Jobtap
+
+#: Job exception raised for a failed prolog hold: fatal, the job never
+#: starts.
+PROLOG_EXCEPTION_TYPE = "prolog"
+
+#: The job topic a job with prolog holds asks for (see prolog.py).
+RUN_TOPIC = "job.state.run"
+
+
+def _timeout(timeout):
+    return -1.0 if timeout is None else timeout
+
+
+class GatePort(Jobtap):
+    """The job-manager, as the gate sees it."""
+
+    def epilog_start(self, jobid, description, timeout=None):
+        """Post ``epilog-start``, marked as the gate's (packed in C)."""
+        self.check(
+            self.lib.gate_post_start(
+                self.p,
+                jobid,
+                b"epilog-start",
+                description.encode(),
+                _timeout(timeout),
+            )
+        )
+
+    def epilog_finish(self, jobid, description, status):
+        """Post ``epilog-finish``, marked as the gate's (packed in C)."""
+        self.check(
+            self.lib.gate_post_finish(
+                self.p, jobid, b"epilog-finish", description.encode(), status
+            )
+        )
+
+    def prolog_start(self, jobid, description, timeout=None):
+        """Post ``prolog-start``, marked as the gate's (packed in C)."""
+        self.check(
+            self.lib.gate_post_start(
+                self.p,
+                jobid,
+                b"prolog-start",
+                description.encode(),
+                _timeout(timeout),
+            )
+        )
+
+    def prolog_finish(self, jobid, description, status):
+        """Post ``prolog-finish``, marked as the gate's (packed in C)."""
+        self.check(
+            self.lib.gate_post_finish(
+                self.p, jobid, b"prolog-finish", description.encode(), status
+            )
+        )
+
+    def annotate(self, jobid, text):
+        """Set the job's ``user.epilog_gate`` annotation to ``text`` (None:
+        remove it) with a memo event."""
+        encoded = self.ffi.NULL if text is None else text.encode()
+        self.check(self.lib.gate_memo(self.p, jobid, encoded))
+
+    def raise_exception(self, jobid, note):
+        """A failed or timed-out epilog hold: a non-fatal exception."""
+        self.raise_job_exception(jobid, EXCEPTION_TYPE, EXCEPTION_SEVERITY, note)
+
+    def raise_fatal(self, jobid, note):
+        """A failed prolog hold: the job never starts."""
+        self.raise_job_exception(jobid, PROLOG_EXCEPTION_TYPE, 0, note)
+
+    def track(self, jobid, events=True):
+        """Send the job's callbacks to the gate; with ``events`` also its
+        ``finish`` and ``free`` events."""
+        self.mark(jobid, events)
+
+    def untrack(self, jobid):
+        self.unmark(jobid)
+
+    def want_run(self, jobid):
+        """Also send the tracked job's job.state.run to the gate."""
+        self.want(jobid, RUN_TOPIC)
+
+    # Answers
+
+    def send_activation(self, msg, activation):
+        """Send one ``watch`` response; False if that failed."""
+        return (
+            self.lib.gate_respond_watch(
+                self.h,
+                msg,
+                activation["id"],
+                activation["description"].encode(),
+                activation["userid"],
+                activation["ran"],
+                self.name(activation["point"]),
+                activation.get("aborted", False),
+            )
+            == 0
+        )
+
+    def send_hold(self, msg, hold):
+        """Answer a ``hold`` request with ``hold``."""
+        self.lib.gate_respond_hold(
+            self.h, msg, hold.id, hold.description.encode(), self.name(hold.state)
+        )
+
+    def send_release(self, msg, released, reason=None):
+        """Answer a ``release`` request."""
+        self.lib.gate_respond_release(
+            self.h,
+            msg,
+            released,
+            self.ffi.NULL if reason is None else reason.encode(),
+        )
