@@ -17,10 +17,7 @@ def latency_run(plugins, args, plugin_kind):
         h = inst.handle()
         client = Client(h, plugins.service(plugin_kind))
         spec = spec_for("exception")
-        warm = client.hold_active(args.warmup, spec)
-        for jobid in warm:
-            client.release(jobid)
-        client.run_until(lambda: all(j in client.cleaned for j in warm))
+        client.warm_up(args.warmup, spec)
         ids = client.hold_active(outstanding + samples, spec)
         Broker(h).quiesce()
         log(f"latency {plugin_kind}: {len(ids)} holds active, sampling")

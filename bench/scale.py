@@ -23,11 +23,7 @@ def hold_scale_run(plugins, args, plugin_kind, options=None):
         client = Client(h, plugins.service(plugin_kind))
         broker = Broker(h)
         spec = spec_for("exception")
-        # warm the gate's code paths up before measuring
-        warm = client.hold_active(args.warmup, spec)
-        for jobid in warm:
-            client.release(jobid)
-        client.run_until(lambda: all(j in client.cleaned for j in warm))
+        client.warm_up(args.warmup, spec)
         ids = client.submit_held(count, spec)
         log(f"scale {plugin_kind}: {count} jobs submitted")
         broker.quiesce(limit=30)
@@ -56,26 +52,32 @@ def hold_scale_run(plugins, args, plugin_kind, options=None):
             },
         }
         if plugin_kind == "gate":
-            times, answered = [], []
-            size = 0
-            for _ in range(args.list_repeat):
-                t0 = time.monotonic()
-                text = h.rpc(f"{GATE_SERVICE}.list", {}).get_str()
-                t1 = time.monotonic()
-                holds = json.loads(text)["holds"]
-                times.append(time.monotonic() - t0)
-                answered.append(t1 - t0)
-                size = len(text)
-            if len(holds) != count:
-                raise RuntimeError(f"list answered {len(holds)} of {count} holds")
-            out.update(
-                list_ms_median=statistics.median(times) * 1e3,
-                list_ms_min=min(times) * 1e3,
-                list_ms_answer_median=statistics.median(answered) * 1e3,
-                list_bytes=size,
-            )
+            out.update(list_timing(h, args.list_repeat, count))
         log(f"scale {plugin_kind}: done")
     return out
+
+
+def list_timing(h, repeat, count):
+    """Time of a gate's ``list`` of its ``count`` holds, ``repeat`` times:
+    answered, and decoded by the client too."""
+    times, answered = [], []
+    size = 0
+    for _ in range(repeat):
+        t0 = time.monotonic()
+        text = h.rpc(f"{GATE_SERVICE}.list", {}).get_str()
+        t1 = time.monotonic()
+        holds = json.loads(text)["holds"]
+        times.append(time.monotonic() - t0)
+        answered.append(t1 - t0)
+        size = len(text)
+    if len(holds) != count:
+        raise RuntimeError(f"list answered {len(holds)} of {count} holds")
+    return dict(
+        list_ms_median=statistics.median(times) * 1e3,
+        list_ms_min=min(times) * 1e3,
+        list_ms_answer_median=statistics.median(answered) * 1e3,
+        list_bytes=size,
+    )
 
 
 # Python state of the gate per hold, without the job-manager

@@ -101,29 +101,7 @@ class Throughput:
             broker = Broker(h)
             current = None
             for workload in self.args.workloads:
-                phase = slot_sequence(
-                    order if workload == "exception" else order[::-1], self.args.slots
-                )
-                t = time.monotonic()
-                lead_in, slots = self.submit_phase(client, workload, phase)
-                log(f"{workload}: submitted in {time.monotonic() - t:.1f}s")
-                progress(f"  {workload} path: {len(slots)} slots")
-                # Whatever runs first on a fresh instance runs faster: give
-                # that to no configuration.
-                self.switch(h, current, "bare")
-                current = "bare"
-                drive(client, lead_in, workload, False)
-                raw = {config: [] for config in order}
-                for config, warm, ids in slots:
-                    self.switch(h, current, config)
-                    current = config
-                    plugin_kind, gated, _ = CONFIGS[config]
-                    if gated:
-                        client.open_watch(self.plugins.service(plugin_kind))
-                    drive(client, warm, workload, gated)
-                    raw[config].append(self.batch(client, broker, workload, gated, ids))
-                    client.close_watch()
-                    log(f"{config} {workload}: {raw[config][-1]['seconds']:.2f}s")
+                raw, current = self.phase(h, client, broker, workload, order, current)
                 for config in order:
                     out[config][workload] = combine_slots(raw[config])
                     out[config].setdefault("loadavg", loadavg()[0])
@@ -131,6 +109,37 @@ class Throughput:
                 inst.flux("job", "purge", "--force", "--num-limit=0", timeout=300)
             self.switch(h, current, "bare")
         return out
+
+    def phase(self, h, client, broker, workload, order, current):
+        """One workload's phase of a repetition: its jobs submitted, the
+        lead-in batch on the bare job-manager, then the timed slots, the
+        configurations in mirrored ``order``.  ``current`` is the
+        configuration loaded before; returns the raw slots of each
+        configuration, and the configuration loaded at the end."""
+        sequence = slot_sequence(
+            order if workload == "exception" else order[::-1], self.args.slots
+        )
+        t = time.monotonic()
+        lead_in, slots = self.submit_phase(client, workload, sequence)
+        log(f"{workload}: submitted in {time.monotonic() - t:.1f}s")
+        progress(f"  {workload} path: {len(slots)} slots")
+        # Whatever runs first on a fresh instance runs faster: give
+        # that to no configuration.
+        self.switch(h, current, "bare")
+        current = "bare"
+        drive(client, lead_in, workload, False)
+        raw = {config: [] for config in order}
+        for config, warm, ids in slots:
+            self.switch(h, current, config)
+            current = config
+            plugin_kind, gated, _ = CONFIGS[config]
+            if gated:
+                client.open_watch(self.plugins.service(plugin_kind))
+            drive(client, warm, workload, gated)
+            raw[config].append(self.batch(client, broker, workload, gated, ids))
+            client.close_watch()
+            log(f"{config} {workload}: {raw[config][-1]['seconds']:.2f}s")
+        return raw, current
 
 
 def slot_sequence(order, slots):
