@@ -113,7 +113,7 @@ void gate_release_cb (flux_t *h, flux_msg_handler_t *mh,
  * tells an active hold after a restart (see holdlog.py).  The job-manager
  * counts a posted prolog-start exactly as one from
  * flux_jobtap_prolog_start(), which only adds checks the gate makes
- * itself (see prolog.py); that call needs the current job, and a hold may
+ * itself (see gate/prolog.py); that call needs the current job, and a hold may
  * become active from a request.
  */
 int gate_post_start (flux_plugin_t *p, flux_jobid_t id, const char *name,

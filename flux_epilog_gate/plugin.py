@@ -273,7 +273,7 @@ class EpilogGatePlugin(Plugin):
                 jobs=len(gate.jobs),
                 watchers=len(gate.watchers),
                 gone=len(gate.gone),
-                log_commits=gate.record.commits,
+                log_commits=gate.holdlog.commits,
             ),
             "holds": gate.list(),
         }

@@ -14,7 +14,7 @@ from .jobtap.facade import Jobtap
 #: starts.
 PROLOG_EXCEPTION_TYPE = "prolog"
 
-#: The job topic a job with prolog holds asks for (see prolog.py).
+#: The job topic a job with prolog holds asks for (see gate/prolog.py).
 RUN_TOPIC = "job.state.run"
 
 

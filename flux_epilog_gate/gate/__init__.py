@@ -2,7 +2,7 @@
 
 This module is plain Python.  Everything it does to the job-manager goes
 through a *port*, an object with these methods (the real one is
-:class:`flux_epilog_gate.jobtap.facade.Jobtap`; the unit tests use a fake):
+:class:`flux_epilog_gate.port.GatePort`; the unit tests use a fake):
 
 ``now()``
     current time, seconds since the epoch
@@ -126,11 +126,6 @@ class Gate(
         # What the instance's shutdown does (flux_epilog_gate.shutdown).
         self.shutdown = None
         self.stats = Counters()
-
-    @property
-    def record(self):
-        """The hold log (its former name, for callers not yet moved)."""
-        return self.holdlog
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
