@@ -102,9 +102,15 @@ static void notify (flux_plugin_t *p, flux_jobid_t id, uint32_t userid,
 }
 
 /* The epilog point of the current job: post epilog-start for its hold. */
-static int point (flux_plugin_t *p, flux_plugin_arg_t *args)
+/* Activate the current job's pending hold kept under 'aux' with 'start'
+ * (epilog-start at the epilog point, prolog-start on entry to RUN).
+ */
+static int activate (flux_plugin_t *p,
+                     flux_plugin_arg_t *args,
+                     const char *aux,
+                     int (*start) (flux_plugin_t *p, const char *description))
 {
-    struct hold *h = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, AUX);
+    struct hold *h = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, aux);
     flux_jobid_t id;
     json_int_t userid;
 
@@ -113,11 +119,16 @@ static int point (flux_plugin_t *p, flux_plugin_arg_t *args)
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I s:I}",
                                 "id", &id, "userid", &userid) < 0)
         return -1;
-    if (flux_jobtap_epilog_start (p, h->description) < 0)
+    if (start (p, h->description) < 0)
         return -1;
     h->state = ACTIVE;
     notify (p, id, (uint32_t)userid, h);
     return 0;
+}
+
+static int point (flux_plugin_t *p, flux_plugin_arg_t *args)
+{
+    return activate (p, args, AUX, flux_jobtap_epilog_start);
 }
 
 /* Entry to RUN: post prolog-start for the job's prolog hold, if any, so
@@ -126,21 +137,7 @@ static int point (flux_plugin_t *p, flux_plugin_arg_t *args)
 static int run_cb (flux_plugin_t *p, const char *topic,
                    flux_plugin_arg_t *args, void *arg)
 {
-    struct hold *h = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB,
-                                              PROLOG_AUX);
-    flux_jobid_t id;
-    json_int_t userid;
-
-    if (!h || h->state != PENDING)
-        return 0;
-    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:I s:I}",
-                                "id", &id, "userid", &userid) < 0)
-        return -1;
-    if (flux_jobtap_prolog_start (p, h->description) < 0)
-        return -1;
-    h->state = ACTIVE;
-    notify (p, id, (uint32_t)userid, h);
-    return 0;
+    return activate (p, args, PROLOG_AUX, flux_jobtap_prolog_start);
 }
 
 static int prolog_hold (flux_plugin_t *p, const flux_msg_t *msg,
