@@ -14,6 +14,7 @@ from jobs import (
     dmesg,
     eventlog,
     names,
+    set_urgency,
     settle,
     submit,
     wait_event,
@@ -139,3 +140,24 @@ def test_failed_loads_in_a_row_then_remove_and_load(new_instance, plugin):
     inst.flux("jobtap", "remove", "epilog-gate.so")
     inst.flux("jobtap", "load", plugin)
     assert_holds_intact(inst, pend, act)
+
+
+def test_failed_loads_leave_an_active_prolog_hold_keeping_the_start(
+    new_instance, plugin
+):
+    inst = new_instance()
+    handle, gate = inst.handle(), EpilogGate(inst.handle())
+    jobid = submit(handle, duration=0.1, urgency=0)
+    gate.hold(jobid, "setup", point="prolog")
+    set_urgency(handle, jobid, 16)
+    wait_event(handle, jobid, "prolog-start", match=described("setup"))
+    for options in FAILED_LOADS.values():
+        assert inst.flux("jobtap", "load", plugin, *options, check=False).returncode
+    assert loaded_once(inst)
+    assert "start" not in names(settle(handle, jobid, "start"))
+    (listed,) = gate.list(jobid)
+    assert (listed["point"], listed["state"]) == ("prolog", "active")
+    assert gate.release(jobid, "setup") == {"released": True}
+    wait_event(handle, jobid, "start")
+    wait_inactive(handle, jobid)
+    assert not dmesg(inst, "callback returned error")

@@ -1,0 +1,70 @@
+"""Acknowledged prolog holds and their releases survive a crash too.
+
+As in test_crash.py: the state before the requests is made durable, the
+requests are sent at once, every answer is awaited, the whole instance is
+SIGKILLed and started again on the same state directory.
+"""
+
+from jobs import (
+    described,
+    eventlog,
+    named,
+    names,
+    set_urgency,
+    settle,
+    submit,
+    wait_event,
+    wait_inactive,
+)
+from test_crash import CONFIG, N, all_answered, checkpoint, crash_and_restart
+
+from flux_epilog_gate import EpilogGate
+
+
+def test_acknowledged_prolog_holds_survive_sigkill(new_instance):
+    inst = new_instance(config=CONFIG)
+    handle, gate = inst.handle(), EpilogGate(inst.handle())
+    jobids = [submit(handle, duration=0.1, urgency=0) for _ in range(N)]
+    checkpoint(inst)
+
+    answers = all_answered(
+        [gate.hold_async(jobid, "setup", point="prolog") for jobid in jobids]
+    )
+    assert {(a["state"]) for a in answers} == {"pending"}
+    handle, gate = crash_and_restart(inst)
+
+    held = {(h["id"], h["description"]): h for h in gate.list()}
+    assert all(held[(jobid, "setup")]["point"] == "prolog" for jobid in jobids)
+    # Still keeps the start back once the job runs; its release starts it.
+    jobid = jobids[0]
+    set_urgency(handle, jobid, 16)
+    wait_event(handle, jobid, "prolog-start", match=described("setup"))
+    assert "start" not in names(settle(handle, jobid, "start", seconds=0.3))
+    assert gate.release(jobid, "setup") == {"released": True}
+    wait_event(handle, jobid, "start")
+    wait_inactive(handle, jobid)
+
+
+def test_acknowledged_releases_of_active_prolog_holds_survive_sigkill(new_instance):
+    inst = new_instance(config=CONFIG)
+    handle, gate = inst.handle(), EpilogGate(inst.handle())
+    jobids = [submit(handle, duration=0.1, urgency=0) for _ in range(N)]
+    all_answered([gate.hold_async(j, "setup", point="prolog") for j in jobids])
+    for jobid in jobids:
+        set_urgency(handle, jobid, 16)
+    for jobid in jobids:
+        wait_event(handle, jobid, "prolog-start", match=described("setup"))
+    checkpoint(inst)
+
+    answers = all_answered([gate.release_async(j, "setup") for j in jobids])
+    assert answers == [{"released": True}] * N
+    handle, gate = crash_and_restart(inst)
+
+    # Nobody releases them again: each starts, runs and ends by itself,
+    # with one prolog-finish of the gate's.
+    for jobid in jobids:
+        wait_inactive(handle, jobid, timeout=30.0)
+        events = eventlog(handle, jobid)
+        assert "start" in names(events)
+        assert len(named(events, "prolog-finish", "setup")) == 1
+    assert gate.list() == []
