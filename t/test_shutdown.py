@@ -398,3 +398,29 @@ def test_shutdown_options_are_checked_at_load_and_shown_by_query(new_instance, p
     inst.flux("jobtap", "load", plugin, "shutdown-timeout=1m", "shutdown-action=keep")
     config = query(inst)["config"]
     assert (config["shutdown-timeout"], config["shutdown-action"]) == (60.0, "keep")
+
+
+def test_flux_shutdown_finish_ends_an_active_prolog_hold(new_instance):
+    conf = {"shutdown-timeout": BOUND, "shutdown-action": "finish"}
+    inst = new_instance(job_cleanup=True, plugin_conf=conf)
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    job = submit(handle, urgency=0)
+    gate.hold(job, "setup", point="prolog")
+    handle.rpc("job-manager.urgency", {"id": int(job), "urgency": 16}).get()
+    wait_event(handle, job, "prolog-start")
+
+    started = time.time()
+    done = inst.flux("shutdown", "--quiet", timeout=BOUND + SLACK, check=False)
+    inst.proc.wait(timeout=SLACK)
+    assert BOUND <= time.time() - started < BOUND + SLACK
+    assert done.returncode == 0, done.stderr
+    _one_line(done.stderr, f"finished hold setup of job {f58(job)} with status 143")
+
+    inst.start()
+    handle = inst.handle()
+    assert EpilogGate(handle).list() == []
+    events = eventlog(handle, job)
+    (finish,) = named(events, "prolog-finish", "setup")
+    assert finish.context["status"] == SHUTDOWN_STATUS
+    assert "start" not in [event.name for event in events]
