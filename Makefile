@@ -86,6 +86,9 @@ uninstall-system:
 bench: install
 	$(BIN)/python bench/run.py
 
-lint:
+$(BIN)/ruff: | $(BIN)/python
+	$(BIN)/pip install --quiet black ruff
+
+lint: $(BIN)/ruff
 	$(BIN)/black --check flux_epilog_gate t bench examples setup.py
 	$(BIN)/ruff check flux_epilog_gate t bench examples setup.py
