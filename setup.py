@@ -33,8 +33,10 @@ FLUX_PYTHONPATH = {path!r}
 FLUX_LIBDIR = {libdir!r}
 '''
 # Runtime dependencies besides the bindings; flux-python needs ply but does
-# not declare it (flux-core's own bindings need it too).
-DEPENDENCIES = ["cffi>=1.15", "pyyaml", "ply"]
+# not declare it (flux-core's own bindings need it too).  setuptools: the
+# runtime's build helper (flux_epilog_gate.jobtap.build) compiles plugins
+# with cffi, which needs it, and a Python 3.12 venv has none.
+DEPENDENCIES = ["cffi>=1.15", "pyyaml", "ply", "setuptools"]
 
 
 def preflight():
