@@ -231,6 +231,24 @@ def _waits(inst, description):
     return dmesg(inst, f"shutdown waits on hold {description} ")
 
 
+def _shutdown_finishes_and_restart(inst, job, description):
+    """``flux shutdown`` ends within the bound, the hold of ``job`` finished
+    with status 143; the instance is started again: no hold is left.
+    Returns a handle on it."""
+    started = time.time()
+    done = inst.flux("shutdown", "--quiet", timeout=BOUND + SLACK, check=False)
+    inst.proc.wait(timeout=SLACK)
+    assert BOUND <= time.time() - started < BOUND + SLACK
+    assert done.returncode == 0, done.stderr
+    _one_line(
+        done.stderr, f"finished hold {description} of job {f58(job)} with status 143"
+    )
+    inst.start()
+    handle = inst.handle()
+    assert EpilogGate(handle).list() == []
+    return handle
+
+
 def test_flux_shutdown_finish_ends_holds_with_status_and_exception(new_instance):
     conf = {"shutdown-timeout": BOUND, "shutdown-action": "finish"}
     inst = new_instance(job_cleanup=True, plugin_conf=conf)
@@ -241,16 +259,7 @@ def test_flux_shutdown_finish_ends_holds_with_status_and_exception(new_instance)
     flux.job.cancel(handle, job)
     wait_event(handle, job, "epilog-start")
 
-    started = time.time()
-    done = inst.flux("shutdown", "--quiet", timeout=BOUND + SLACK, check=False)
-    inst.proc.wait(timeout=SLACK)
-    assert BOUND <= time.time() - started < BOUND + SLACK
-    assert done.returncode == 0, done.stderr
-    _one_line(done.stderr, f"finished hold bb of job {f58(job)} with status 143")
-
-    inst.start()
-    handle = inst.handle()
-    assert EpilogGate(handle).list() == []
+    handle = _shutdown_finishes_and_restart(inst, job, "bb")
     _finished_by_shutdown(eventlog(handle, job), "bb")
 
 
@@ -410,16 +419,7 @@ def test_flux_shutdown_finish_ends_an_active_prolog_hold(new_instance):
     handle.rpc("job-manager.urgency", {"id": int(job), "urgency": 16}).get()
     wait_event(handle, job, "prolog-start")
 
-    started = time.time()
-    done = inst.flux("shutdown", "--quiet", timeout=BOUND + SLACK, check=False)
-    inst.proc.wait(timeout=SLACK)
-    assert BOUND <= time.time() - started < BOUND + SLACK
-    assert done.returncode == 0, done.stderr
-    _one_line(done.stderr, f"finished hold setup of job {f58(job)} with status 143")
-
-    inst.start()
-    handle = inst.handle()
-    assert EpilogGate(handle).list() == []
+    handle = _shutdown_finishes_and_restart(inst, job, "setup")
     events = eventlog(handle, job)
     (finish,) = named(events, "prolog-finish", "setup")
     assert finish.context["status"] == SHUTDOWN_STATUS
