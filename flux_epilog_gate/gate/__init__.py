@@ -40,6 +40,8 @@ through a *port*, an object with these methods (the real one is
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran, point[,
     aborted]}``) to a watcher; returns False if the watcher is gone
+``end_watch(sink, errnum, text)``
+    end a watcher's stream with an error
 ``log(level, text)``
     log a line (syslog levels)
 
