@@ -112,38 +112,49 @@ class Reader:
         return self.got
 
 
-def run(instance, stopped=50, jobs=25, holds=200, settle=3.0):
+def run(instance, stopped=50, jobs=25, holds=200, settle=3.0, paced=None):
     """The scenario on ``instance`` (loaded with max-holds >= ``holds``);
     return its numbers and the stopped watcher processes (still stopped:
-    the caller ends them)."""
+    the caller ends them).  ``paced``: cancel one job at a time, and once
+    the reader got its activations call ``paced(activations so far)`` (to
+    wait for other readers too): readers are then never behind by more
+    than one job's holds, whatever the machine's load."""
     handle = instance.handle()
     descriptions = ["load"] + [f"load-{n}" for n in range(1, holds)]
+    before = watchers(instance)
     ids = held_jobs(handle, jobs, holds)
     procs = [start_watcher(instance) for _ in range(stopped)]
     reader = Reader(instance, descriptions)
-    wait_watchers(instance, stopped + 1)
+    wait_watchers(instance, before + stopped + 1)
     for proc in procs:
         proc.send_signal(signal.SIGSTOP)
     time.sleep(settle)
     rss0 = broker_rss_kib(instance)
     t0 = time.monotonic()
-    for jobid in ids:
-        flux.job.cancel(handle, jobid)
     total = jobs * holds
+    for n, jobid in enumerate(ids, 1):
+        flux.job.cancel(handle, jobid)
+        if paced:
+            reader.wait(n * holds, timeout=300)
+            paced(n * holds)
     got = reader.wait(total, timeout=600)
     elapsed = time.monotonic() - t0
     time.sleep(settle)
     rss1 = broker_rss_kib(instance)
-    return {
-        "stopped_watchers": stopped,
-        "activations": total,
-        "reader_got": got,
-        "activation_s": round(elapsed, 2),
-        "rss_before_kib": rss0,
-        "rss_after_kib": rss1,
-        "rss_growth_mib": round((rss1 - rss0) / 1024, 1),
-        "watchers_left": watchers(instance),
-    }, procs, ids
+    return (
+        {
+            "stopped_watchers": stopped,
+            "activations": total,
+            "reader_got": got,
+            "activation_s": round(elapsed, 2),
+            "rss_before_kib": rss0,
+            "rss_after_kib": rss1,
+            "rss_growth_mib": round((rss1 - rss0) / 1024, 1),
+            "watchers_left": watchers(instance),
+        },
+        procs,
+        ids,
+    )
 
 
 def end(procs, signum=signal.SIGKILL):

@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import Gate
-from flux_epilog_gate.gate.states import CLEANUP, SCHED
+from flux_epilog_gate.gate.states import SCHED
+from flux_epilog_gate.gate.watchers import WINDOW
 
 from .unitgate import JOB, USER, at_point
 
@@ -187,3 +188,19 @@ def test_requests_past_max_pending_are_refused_and_change_nothing(port):
     assert answers == [None, None]
     gate.hold(3, "bb", done=lambda hold, error: answers.append(error))
     assert "bb" in gate.jobs[3].holds
+
+
+def test_a_burst_larger_than_the_window_waits_in_the_gate_for_acks(port):
+    gate = bounded(port, watch_backlog=600, max_holds=101)
+    gate.watch("reader")
+    gate.watch("stopped")
+    for jobid in range(1, 6):
+        activate(port, gate, 100, jobid=jobid)
+    assert len(port.sent["reader"]) == WINDOW
+    while len(port.sent["reader"]) < 500:
+        gate.acknowledge(its(gate, "reader"), len(port.sent["reader"]))
+    assert len(port.sent["stopped"]) == WINDOW and "stopped" not in port.ended
+    assert gate.watchers[1].behind == 500
+    activate(port, gate, 101, jobid=6)
+    assert port.ended["stopped"][0] == errno.ENOBUFS
+    assert [w.sink for w in gate.watchers] == ["reader"]
