@@ -132,6 +132,22 @@ class EpilogGate:
             payload["points"] = list(points)
         return self._rpc("watch", payload, flags=flux.constants.FLUX_RPC_STREAMING)
 
+    def watch_ack(self, future, count):
+        """Tell the plugin that ``count`` activations (in all) of the watch
+        stream ``future`` (from :meth:`watch_async`) have been read; no
+        answer is awaited.  A stream whose client is behind by more than
+        the plugin's ``watch-backlog`` is ended with ENOBUFS, and no more
+        than 256 activations are sent unacknowledged: a reader of
+        :meth:`watch_async` must acknowledge (:meth:`watch` does)."""
+        self._rpc(
+            "watch-ack",
+            {
+                "matchtag": raw.flux_rpc_get_matchtag(future.pimpl.handle),
+                "count": count,
+            },
+            flags=flux.constants.FLUX_RPC_NORESPONSE,
+        )
+
     def watch(self, descriptions=None, reconnect=60.0, points=None):
         """Yield ``{id, description, userid, ran, point}`` for every hold
         that is active now, then for each hold as it becomes active.
@@ -195,16 +211,11 @@ class _Acks:
     def __init__(self, gate, future):
         self.gate = gate
         self.future = future
-        self.matchtag = raw.flux_rpc_get_matchtag(future.pimpl.handle)
         self.read = 0
         self.acked = 0
 
     def before_get(self):
         unacked = self.read - self.acked
         if unacked and (unacked >= ACK_EVERY or not self.future.is_ready()):
-            self.gate._rpc(
-                "watch-ack",
-                {"matchtag": self.matchtag, "count": self.read},
-                flags=flux.constants.FLUX_RPC_NORESPONSE,
-            )
+            self.gate.watch_ack(self.future, self.read)
             self.acked = self.read

@@ -128,11 +128,13 @@ def test_a_raw_watcher_that_acknowledges_gets_everything(new_instance):
             future.wait_for(30)
             got.append(future.get()["id"])
             future.reset()
-        answer = handle.rpc(
-            "job-manager.epilog-gate.watch-ack",
-            {"matchtag": matchtag, "count": len(got)},
-        ).get()
-        assert answer == {}
+        if len(got) == 2:
+            # The protocol: answered {} unless sent without a response.
+            payload = {"matchtag": matchtag, "count": len(got)}
+            answer = handle.rpc("job-manager.epilog-gate.watch-ack", payload).get()
+            assert answer == {}
+        else:
+            gate.watch_ack(future, len(got))
     assert len(set(got)) == 6 and query(inst)["counters"]["behind"] == 0
     gate.release_many((jobid, "raw") for jobid in got)
 
