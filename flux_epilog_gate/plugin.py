@@ -269,6 +269,7 @@ class EpilogGatePlugin(Plugin):
             "config": gate.config.to_dict(),
             "counters": dict(
                 gate.stats,
+                **gate.refused,
                 holds=sum(len(job.holds) for job in gate.jobs.values()),
                 jobs=len(gate.jobs),
                 watchers=len(gate.watchers),

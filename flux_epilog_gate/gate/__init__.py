@@ -128,6 +128,9 @@ class Gate(
         # What the instance's shutdown does (flux_epilog_gate.shutdown).
         self.shutdown = None
         self.stats = Counters()
+        #: Clients a bound refused: watch streams ended for falling
+        #: behind (watch-backlog), requests refused at max-pending.
+        self.refused = {"behind": 0, "busy": 0}
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""

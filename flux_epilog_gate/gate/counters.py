@@ -3,18 +3,7 @@
 from ..holds import Reason
 
 #: Every counter, in the order they are reported.
-NAMES = (
-    "held",
-    "activated",
-    "released",
-    "cancelled",
-    "failed",
-    "timedout",
-    # watch streams ended for falling behind (watch-backlog)
-    "behind",
-    # requests refused while max-pending were waiting for the hold log
-    "busy",
-)
+NAMES = ("held", "activated", "released", "cancelled", "failed", "timedout")
 
 #: The counter a finished active hold counts in, by the reason it finished
 #: (shutdown-timeout is a timeout too); any other reason counts as released.
@@ -22,8 +11,8 @@ _FINISHED = {Reason.TIMED_OUT: "timedout", Reason.SHUTDOWN: "timedout"}
 
 
 class Counters(dict):
-    """Counts of what happened to holds (and to the clients that bounds
-    refused) since the gate was made: a dict of :data:`NAMES` to numbers."""
+    """Counts of what happened to holds since the gate was made: a dict
+    of :data:`NAMES` to numbers."""
 
     def __init__(self):
         super().__init__(dict.fromkeys(NAMES, 0))

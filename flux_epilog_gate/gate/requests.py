@@ -63,7 +63,7 @@ class Requests:
             return
         bound = self.config.max_pending
         if self.holdlog.waiting() >= bound:
-            self.stats["busy"] += 1
+            self.refused["busy"] += 1
             raise GateError(
                 errno.EAGAIN,
                 f"{method}: {bound} requests are already waiting for the hold "

@@ -193,7 +193,7 @@ class Watching:
             syslog.LOG_WARNING,
             f"ended a watch stream that fell behind (watch-backlog={bound})",
         )
-        self.stats["behind"] += 1
+        self.refused["behind"] += 1
         self._drop(watcher)
 
     def _drop(self, watcher):

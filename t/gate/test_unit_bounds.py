@@ -62,7 +62,7 @@ def test_a_watcher_that_does_not_read_is_ended_past_the_bound(port):
     # At most the bound was sent to it; nothing of it is kept.
     assert len(port.sent["stopped"]) == 3
     assert [w.sink for w in gate.watchers] == ["reader"]
-    assert gate.stats["behind"] == 1
+    assert gate.refused["behind"] == 1
     assert len(port.sent["reader"]) == 7 and "reader" not in port.ended
     assert any("fell behind" in text for _, text in port.logs)
 
@@ -176,7 +176,7 @@ def test_requests_past_max_pending_are_refused_and_change_nothing(port):
         gate.hold(3, "bb", done=lambda hold, error: answers.append(error))
     assert exc.value.errnum == errno.EAGAIN
     assert "max-pending=2" in exc.value.message
-    assert 3 not in gate.jobs and gate.stats["busy"] == 1
+    assert 3 not in gate.jobs and gate.refused["busy"] == 1
     with pytest.raises(GateError) as exc:
         gate.release(1, "bb", done=lambda result, error: answers.append(error))
     assert exc.value.errnum == errno.EAGAIN and "bb" in gate.jobs[1].holds
