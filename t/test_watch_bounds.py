@@ -13,6 +13,8 @@ import time
 import flux
 import flux.job
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from jobs import query, submit, wait_event
 from watchload import run, wait_watchers
 
@@ -152,6 +154,26 @@ def test_a_bad_watch_ack_is_refused_naming_the_problem(handle, payload, errnum, 
     with pytest.raises(OSError) as exc:
         handle.rpc("job-manager.epilog-gate.watch-ack", payload).get()
     assert exc.value.errno == errnum and text in exc.value.strerror
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    payload=st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=6),
+        lambda inner: st.lists(inner, max_size=3)
+        | st.dictionaries(st.sampled_from(["matchtag", "count", "x"]), inner),
+        max_leaves=6,
+    )
+)
+def test_any_watch_ack_payload_is_answered_with_a_clear_error(instance, payload):
+    """From a connection with no watch stream every watch-ack is refused,
+    naming the method, and the plugin carries on."""
+    handle = instance.handle()
+    with pytest.raises(OSError) as exc:
+        handle.rpc("job-manager.epilog-gate.watch-ack", payload).get()
+    assert exc.value.errno in (errno.EPROTO, errno.EINVAL, errno.ENOENT)
+    assert exc.value.strerror.startswith("watch-ack: ")
+    assert EpilogGate(handle).list() is not None
 
 
 def test_requests_past_max_pending_get_eagain_and_change_nothing(new_instance):
