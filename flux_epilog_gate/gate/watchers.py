@@ -52,6 +52,7 @@ class Watcher:
         "acked",
         "queue",
         "initial",
+        "unsent",
     )
 
     def __init__(self, sink, descriptions=None, userid=None, points=None):
@@ -63,8 +64,10 @@ class Watcher:
         self.acked = 0
         self.queue = deque()
         # How many entries at the head of the queue are holds active when
-        # the stream started.
+        # the stream started, and (by id) those holds: news of one of them
+        # before its turn (a prolog hold aborted) goes with it, not twice.
         self.initial = 0
+        self.unsent = set()
 
     def wants(self, hold):
         return (
@@ -100,6 +103,7 @@ class Watching:
                 if hold.state == ACTIVE and watcher.wants(hold):
                     watcher.queue.append(hold)
         watcher.initial = len(watcher.queue)
+        watcher.unsent = {id(hold) for hold in watcher.queue}
         self.watchers.append(watcher)
         self._drain(watcher)
 
@@ -144,7 +148,7 @@ class Watching:
             return
         payload = self._activation(hold)
         for watcher in list(self.watchers):
-            if watcher.wants(hold):
+            if watcher.wants(hold) and id(hold) not in watcher.unsent:
                 self._offer(watcher, payload)
 
     def _offer(self, watcher, payload):
@@ -165,6 +169,7 @@ class Watching:
             item = queue.popleft()
             if watcher.initial:
                 watcher.initial -= 1
+                watcher.unsent.discard(id(item))
                 # Released since the stream started: nothing to do for it.
                 if item.state != ACTIVE:
                     continue
@@ -198,5 +203,6 @@ class Watching:
 
     def _drop(self, watcher):
         watcher.queue.clear()
+        watcher.unsent.clear()
         if watcher in self.watchers:
             self.watchers.remove(watcher)

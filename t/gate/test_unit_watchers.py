@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
-from flux_epilog_gate.gate import CLEANUP, Gate
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate, watchers
 from flux_epilog_gate.gate.watchers import WINDOW
 
 from .unitgate import (
@@ -293,3 +293,27 @@ def test_a_burst_larger_than_the_window_waits_in_the_gate_for_acks(port):
     activate(port, gate, 101, jobid=6)
     assert port.ended["stopped"][0] == errno.ENOBUFS
     assert [w.sink for w in gate.watchers] == ["reader"]
+
+
+def test_a_prolog_hold_aborted_before_its_turn_is_sent_once(port, monkeypatch):
+    """The window is full when a watcher starts, and a prolog hold still
+    waiting its turn is aborted: it is sent once, aborted."""
+    monkeypatch.setattr(watchers, "WINDOW", 1)
+    gate = bounded(port, watch_backlog=5)
+    port.add_job(JOB, SCHED, USER)
+    for name in ("a", "b"):
+        gate.hold(JOB, name, None, "prolog")
+    port.set_state(JOB, RUN)
+    port.happen(JOB, "alloc")
+    gate.on_run(JOB)
+    gate.watch("w")
+    (first,) = port.sent["w"]
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB)
+    for _ in range(3):
+        gate.acknowledge(its(gate, "w"), len(port.sent["w"]))
+    sent = [(p["description"], p.get("aborted", False)) for p in port.sent["w"]]
+    other = "b" if first["description"] == "a" else "a"
+    assert sorted(sent) == sorted(
+        [(first["description"], False), (first["description"], True), (other, True)]
+    )
