@@ -40,6 +40,8 @@ through a *port*, an object with these methods (the real one is
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran, point[,
     aborted]}``) to a watcher; returns False if the watcher is gone
+``end_watch(sink, errnum, text)``
+    end a watcher's stream with an error
 ``log(level, text)``
     log a line (syslog levels)
 
@@ -126,6 +128,9 @@ class Gate(
         # What the instance's shutdown does (flux_epilog_gate.shutdown).
         self.shutdown = None
         self.stats = Counters()
+        #: Clients a bound refused: watch streams ended for falling
+        #: behind (watch-backlog), requests refused at max-pending.
+        self.refused = {"behind": 0, "busy": 0}
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""

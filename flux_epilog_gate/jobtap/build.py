@@ -80,6 +80,7 @@ void runtime_log (flux_plugin_t *p, int level, const char *text);
 const flux_msg_t *flux_msg_incref (const flux_msg_t *msg);
 void flux_msg_decref (const flux_msg_t *msg);
 bool flux_msg_is_streaming (const flux_msg_t *msg);
+int flux_msg_get_matchtag (const flux_msg_t *msg, uint32_t *matchtag);
 bool flux_disconnect_match (const flux_msg_t *msg1, const flux_msg_t *msg2);
 int flux_respond (flux_t *h, const flux_msg_t *request, const char *s);
 int flux_respond_error (flux_t *h, const flux_msg_t *request, int errnum,

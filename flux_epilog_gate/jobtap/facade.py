@@ -361,6 +361,13 @@ class Jobtap:
     def is_streaming(self, msg):
         return bool(self.lib.flux_msg_is_streaming(msg))
 
+    def matchtag(self, msg):
+        """The matchtag of request ``msg``: with its sender, it names the
+        client's RPC."""
+        tag = self.ffi.new("uint32_t *")
+        self.check(self.lib.flux_msg_get_matchtag(msg, tag))
+        return tag[0]
+
     def disconnect_match(self, msg, other):
         """True if request ``other`` came from the client that sent
         disconnect request ``msg``."""
