@@ -104,6 +104,9 @@ class Probe(Plugin):
     @request("post")
     def post(self, request):
         payload = request.payload
+        # Subscribe again, as a plugin that subscribes on each state does:
+        # each event must still come once.
+        self.jobtap.subscribe(payload["id"])
         self.jobtap.post_event(payload["id"], payload["name"], payload.get("context"))
         request.respond(None)
 

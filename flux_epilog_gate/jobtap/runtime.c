@@ -85,6 +85,7 @@ struct runtime_ctx {
 struct runtime_mark {
     struct runtime_ctx *ctx;
     int marked;
+    int subscribed;     /* the job-manager counts each subscription */
     unsigned int wants;
 };
 
@@ -633,8 +634,12 @@ int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events)
         if (runtime_sync_handlers (mark->ctx) < 0)
             return -1;
     }
-    if (events && flux_jobtap_job_subscribe (p, id) < 0)
-        return -1;
+    /* A second subscription would call each job.event.* twice. */
+    if (events && !mark->subscribed) {
+        if (flux_jobtap_job_subscribe (p, id) < 0)
+            return -1;
+        mark->subscribed = 1;
+    }
     return 0;
 }
 
@@ -644,6 +649,8 @@ void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
     struct runtime_ctx *ctx = runtime_ctx_get (p);
 
     flux_jobtap_job_unsubscribe (p, id);
+    if (mark)
+        mark->subscribed = 0;
     if (mark && mark->marked) {
         mark->marked = 0;
         mark->ctx->marked--;
