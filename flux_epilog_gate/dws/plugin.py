@@ -439,12 +439,14 @@ class Dws(Plugin):
         except ValueError:
             payload = None
         jobid = payload.get("id") if isinstance(payload, dict) else None
-        if type(jobid) is int and all(k in payload for k in keys):
+        if not (type(jobid) is int and 0 <= jobid < 2**64):
+            jobid = None
+        if jobid is not None and all(k in payload for k in keys):
             errmsg = payload.get("errmsg")
             if errmsg is None or isinstance(errmsg, str):
                 return payload
         errmsg = f"received malformed dws.{method} RPC"
-        if raise_on_job and type(jobid) is int:
+        if raise_on_job and jobid is not None:
             self.fail(jobid, "exception", errmsg)
         self.log(syslog.LOG_ERR, errmsg + OUT_OF_SYNC)
         raise RequestError(errno.EPROTO, errmsg)
