@@ -15,7 +15,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 SOURCES = setup.py pyproject.toml $(wildcard flux_epilog_gate/*.py) \
-	$(wildcard flux_epilog_gate/gate/*.py) \
+	$(wildcard flux_epilog_gate/gate/*.py) $(wildcard flux_epilog_gate/dws/*.py) \
 	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/runtime.c \
 	flux_epilog_gate/fastpath.c
 

@@ -61,6 +61,9 @@ void runtime_request_cb (flux_t *h, flux_msg_handler_t *mh,
                          const flux_msg_t *msg, void *arg);
 int runtime_seen_jobmanager (flux_plugin_t *p);
 int runtime_add_topic (flux_plugin_t *p, const char *name, int mode);
+int runtime_topic_require (flux_plugin_t *p, int topic, const char *path);
+int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,
+                            const char *update);
 int runtime_forward (flux_plugin_t *p, int topic, int on);
 int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events);
 void runtime_unmark (flux_plugin_t *p, flux_jobid_t id);
@@ -86,6 +89,14 @@ int flux_respond (flux_t *h, const flux_msg_t *request, const char *s);
 int flux_respond_error (flux_t *h, const flux_msg_t *request, int errnum,
                         const char *errstr);
 flux_t *flux_jobtap_get_flux (flux_plugin_t *p);
+flux_plugin_arg_t *flux_jobtap_job_lookup (flux_plugin_t *p, flux_jobid_t id);
+void flux_plugin_arg_destroy (flux_plugin_arg_t *args);
+int flux_jobtap_job_subscribe (flux_plugin_t *p, flux_jobid_t id);
+void flux_jobtap_job_unsubscribe (flux_plugin_t *p, flux_jobid_t id);
+int flux_jobtap_dependency_add (flux_plugin_t *p, flux_jobid_t id,
+                                const char *description);
+int flux_jobtap_dependency_remove (flux_plugin_t *p, flux_jobid_t id,
+                                   const char *description);
 int flux_jobtap_job_event_posted (flux_plugin_t *p, flux_jobid_t id,
                                   const char *name);
 int flux_jobtap_prolog_start (flux_plugin_t *p, const char *description);
