@@ -19,7 +19,7 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_crash import CONFIG, N, all_answered, checkpoint, crash_and_restart
+from test_crash import CONFIG, N, all_answered, checkpoint
 from test_depend import in_depend
 from test_durability import LEAD, SLACK, Restarter
 
@@ -31,6 +31,10 @@ from flux_epilog_gate.jobid import f58
 #: with room for a module reload that also reloads the scheduler and
 #: job-exec on a busy machine.
 TIMEOUTS = {"jobtap": 8.0, "module": 10.0, "instance": 14.0}
+
+#: Seconds from the submission of the SIGKILL test's jobs to their
+#: begin-time: the holds are answered and the instance killed before it.
+BEGIN = 10.0
 
 #: shutdown-timeout of the shutdown test.
 BOUND = 2.0
@@ -46,6 +50,14 @@ def held_in_depend(handle, gate, description, timeout=None):
     gate.hold(jobid, description, timeout=timeout, point=DEPEND)
     add = wait_event(handle, jobid, "dependency-add", match=described(description))
     return jobid, holder, add
+
+
+def restart(inst):
+    """Start the killed instance again on its state directory."""
+    assert not inst.alive()
+    inst.start()
+    handle = inst.handle()
+    return handle, EpilogGate(handle)
 
 
 def end_others(handle, *holders):
@@ -124,27 +136,36 @@ def test_depend_holds_survive_restart(kind, new_instance, plugin):
 
 def test_acknowledged_depend_holds_survive_sigkill(new_instance):
     """The answer waits until the hold's dependency-add is checkpointed:
-    after a crash the job-manager alone keeps the job in DEPEND."""
+    after a crash the job-manager alone keeps the job in DEPEND, even once
+    nothing else does (its begin-time passed while the instance was
+    down, so flux-core lets such a job go before any plugin is loaded)."""
     inst = new_instance(config=CONFIG)
     handle, gate = inst.handle(), EpilogGate(inst.handle())
-    held = [in_depend(handle) for _ in range(N)]
+    begin = time.time() + BEGIN
+    later = {"system.dependencies": [{"scheme": "begin-time", "value": str(begin)}]}
+    jobids = [submit(handle, duration=0.1, **later) for _ in range(N)]
+    for jobid in jobids:
+        wait_event(handle, jobid, "dependency-add")
     checkpoint(inst)
 
     answers = all_answered(
-        [gate.hold_async(jobid, "create", point=DEPEND) for jobid, _ in held]
+        [gate.hold_async(jobid, "create", point=DEPEND) for jobid in jobids]
     )
     assert {a["state"] for a in answers} == {"active"}
-    handle, gate = crash_and_restart(inst)
+    inst.kill()
+    assert time.time() < begin, "too slow: the begin-time passed before the crash"
+    time.sleep(begin + 0.5 - time.time())
+    handle, gate = restart(inst)
 
     listed = {(h["id"], h["description"]): h for h in gate.list()}
-    assert all(listed[(jobid, "create")]["point"] == DEPEND for jobid, _ in held)
-    # Their other dependency ends: the dependency hold still keeps them.
-    end_others(handle, *[holder for _, holder in held])
-    assert_in_depend(handle, held[-1][0])
-    for jobid, _ in held:
-        assert "depend" not in names(eventlog(handle, jobid))
+    assert all(listed[(jobid, "create")]["point"] == DEPEND for jobid in jobids)
+    assert_in_depend(handle, jobids[-1])
+    for jobid in jobids:
+        events = eventlog(handle, jobid)
+        assert "depend" not in names(events)
+        assert len(named(events, "dependency-add", "create")) == 1
         assert gate.release(jobid, "create") == {"released": True}
-    for jobid, _ in held:
+    for jobid in jobids:
         wait_inactive(handle, jobid, timeout=30)
         assert "start" in names(eventlog(handle, jobid))
 
@@ -161,7 +182,8 @@ def test_acknowledged_releases_of_depend_holds_survive_sigkill(new_instance):
         [gate.release_async(j, "create", status=statuses[j]) for j in jobids]
     )
     assert answers == [{"released": True}] * N
-    handle, gate = crash_and_restart(inst)
+    inst.kill()
+    handle, gate = restart(inst)
     end_others(handle, *[holder for _, holder in held])
 
     # Nobody releases them again: each runs (status 0) or fails, by itself.
