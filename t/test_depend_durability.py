@@ -252,3 +252,34 @@ def test_shutdown_finish_leaves_depend_holds_for_the_restart(new_instance):
     gate.release(jobid, "create")
     wait_inactive(handle, jobid, timeout=30)
     assert "start" in names(eventlog(handle, jobid))
+
+
+def test_depend_hold_whose_record_is_lost_is_recovered_from_the_eventlog(
+    new_instance,
+):
+    """A crash may checkpoint a hold's dependency-add without its record
+    (the hold was never answered): the job is still kept in DEPEND, so
+    the gate reads the eventlog of every job in DEPEND and finds the
+    hold by its marked dependency-add."""
+    inst = new_instance()
+    handle, gate = inst.handle(), EpilogGate(inst.handle())
+    jobid, holder, add = held_in_depend(handle, gate, "create", timeout=3600)
+    inst.flux("kvs", "unlink", KEY)
+    inst.flux("module", "reload", "job-manager")
+    inst.flux("module", "reload", "sched-simple")
+    inst.flux("module", "reload", "job-exec")
+
+    (hold,) = gate.list()
+    assert (hold["id"], hold["description"], hold["state"], hold["point"]) == (
+        jobid,
+        "create",
+        "active",
+        DEPEND,
+    )
+    assert hold["timeout"] == 3600
+    assert hold["t_start"] == pytest.approx(add.timestamp, abs=0.1)
+    end_others(handle, holder)
+    assert_in_depend(handle, jobid)
+    assert gate.release(jobid, "create") == {"released": True}
+    wait_inactive(handle, jobid, timeout=30)
+    assert "start" in names(eventlog(handle, jobid))
