@@ -174,11 +174,12 @@ def test_hold_after_depend_is_refused_and_changes_nothing(handle, gate, urgency)
     wait_inactive(handle, jobid)
 
 
-def test_cancel_in_depend_drops_the_hold_and_tells_watchers(handle, gate):
+def test_cancel_in_depend_drops_the_hold_and_tells_watchers(instance, handle, gate):
     jobid, holder = in_depend(handle)
     gate.hold(jobid, "stage-in", point=DEPEND)
     gate.hold(jobid, "teardown")
-    watch = gate.watch_async(points=[DEPEND])
+    # A client of its own: its watcher goes away with it.
+    watch = EpilogGate(instance.handle()).watch_async(points=[DEPEND])
     first = watch.get()
     assert (first["id"], first["description"], first["point"]) == (
         jobid,

@@ -73,5 +73,5 @@ def test_guest_lists_and_watches_own_depend_holds_only(inst, depend_jobs):  # no
     assert [(h["id"], h["description"], h["point"]) for h in listed] == [
         (ids["a"], "a-create", DEPEND)
     ]
-    watched = mine.watch_async(points=[DEPEND]).get()
+    watched = guest(inst, GUEST_A).watch_async(points=[DEPEND]).get()
     assert (watched["id"], watched["point"]) == (ids["a"], DEPEND)

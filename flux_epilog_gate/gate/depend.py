@@ -102,6 +102,14 @@ class Dependencies:
         if self._timer is None:
             self._timer = self.port.timer(BATCH_WAIT, self._record_all)
 
+    def barrier(self, callback):
+        """Call ``callback(error)`` once every record made so far is
+        durable, those still waiting for the event batch included."""
+        if self._unrecorded:
+            self._unrecorded.append((None, callback))
+        else:
+            self.gate.holdlog.barrier(callback)
+
     def flush(self):
         """Record now every hold still waiting (before what ends one, and
         when the plugin goes away)."""
@@ -193,7 +201,10 @@ class Dependencies:
         self._timer = None
         waiting, self._unrecorded = self._unrecorded, []
         for hold, callback in waiting:
-            self.gate.holdlog.hold(hold, callback)
+            if hold is None:
+                self.gate.holdlog.barrier(callback)
+            else:
+                self.gate.holdlog.hold(hold, callback)
 
     def _drop(self, job, hold, reason):
         # Nothing to post: the job is out of DEPEND.

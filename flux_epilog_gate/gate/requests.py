@@ -31,7 +31,7 @@ class Requests:
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)
             if done is not None:
-                self.holdlog.barrier(lambda error: done(existing, error))
+                self.depend.barrier(lambda error: done(existing, error))
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None:

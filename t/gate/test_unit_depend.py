@@ -309,3 +309,13 @@ def test_shutdown_finish_leaves_dependency_holds_alone(port):
     assert port.dependencies_open(JOB) == ["create"] and port.notes(JOB) == []
     assert gate.list(JOB)[0]["state"] == ACTIVE
     assert KEY in port.kvs
+
+
+def test_repeated_hold_is_answered_once_the_first_is_recorded(port, gate):
+    answers = []
+    port.add_job(JOB, DEPEND, USER)
+    gate.hold(JOB, "create", None, POINT, done=lambda h, e: answers.append(1))
+    gate.hold(JOB, "create", None, POINT, done=lambda h, e: answers.append(2))
+    assert answers == [] and port.commits == []
+    port.advance(BATCH_WAIT)
+    assert answers == [1, 2]
