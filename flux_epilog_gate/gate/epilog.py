@@ -76,8 +76,9 @@ class EpilogPoint:
     def _reach_point(self, job):
         job.at_point = True
         for hold in list(job.holds.values()):
-            # A pending prolog (or dependency) hold is the prolog side's
-            # (dropped when the job enters CLEANUP), never an epilog.
+            # A pending prolog hold is the prolog side's (dropped when the
+            # job enters CLEANUP), a dependency hold the dependency side's:
+            # never an epilog.
             if hold.state == PENDING and hold.point == EPILOG:
                 self._activate(hold)
         self._annotate(job)
