@@ -111,8 +111,7 @@ class Dependencies:
             self.gate.holdlog.barrier(callback)
 
     def flush(self):
-        """Record now every hold still waiting (before what ends one, and
-        when the plugin goes away)."""
+        """Record now every hold still waiting (the plugin goes away)."""
         if self._timer is not None:
             self._timer.stop()
         self._record_all()
@@ -221,9 +220,13 @@ class Dependencies:
             self.gate._untrack(job)
 
     def _recorded(self, hold):
-        """What ends ``hold`` is recorded after the hold itself."""
-        if any(waiting is hold for waiting, _ in self._unrecorded):
-            self.flush()
+        """What ends ``hold`` is recorded after the hold itself: record it
+        now if it is still waiting (the others wait on)."""
+        for index, (waiting, callback) in enumerate(self._unrecorded):
+            if waiting is hold:
+                del self._unrecorded[index]
+                self.gate.holdlog.hold(hold, callback)
+                return
 
     def _state(self, jobid):
         try:

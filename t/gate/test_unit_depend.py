@@ -319,3 +319,14 @@ def test_repeated_hold_is_answered_once_the_first_is_recorded(port, gate):
     assert answers == [] and port.commits == []
     port.advance(BATCH_WAIT)
     assert answers == [1, 2]
+
+
+def test_release_records_only_its_own_hold_early(port, gate):
+    port.add_job(JOB, DEPEND, USER)
+    port.add_job(JOB + 1, DEPEND, USER)
+    gate.hold(JOB, "create", None, POINT)
+    gate.hold(JOB + 1, "create", None, POINT)
+    gate.release(JOB, "create")
+    assert JOB in logged(port) and JOB + 1 not in logged(port)
+    port.advance(BATCH_WAIT)
+    assert JOB + 1 in logged(port)
