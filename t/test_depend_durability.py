@@ -283,3 +283,25 @@ def test_depend_hold_whose_record_is_lost_is_recovered_from_the_eventlog(
     assert gate.release(jobid, "create") == {"released": True}
     wait_inactive(handle, jobid, timeout=30)
     assert "start" in names(eventlog(handle, jobid))
+
+
+def test_depend_hold_timeout_resumes_after_sigkill(new_instance):
+    inst = new_instance(config=CONFIG)
+    handle, gate = inst.handle(), EpilogGate(inst.handle())
+    timeout = TIMEOUTS["instance"]
+    jobid, holder, started = held_in_depend(handle, gate, "create", timeout=timeout)
+    time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
+    inst.kill()
+    handle, gate = restart(inst)
+    restarted = time.time()
+    assert restarted < started.timestamp + timeout - 1.0, "restart took too long"
+    end_others(handle, holder)
+
+    (hold,) = gate.list()
+    assert hold["t_start"] == pytest.approx(started.timestamp, abs=0.1)
+    exc = wait_event(handle, jobid, "exception", timeout=timeout + 20)
+    assert exc.context["severity"] == 0 and "timed out" in exc.context["note"]
+    assert exc.timestamp - started.timestamp >= timeout - 0.05
+    assert exc.timestamp <= max(started.timestamp + timeout, restarted) + SLACK
+    wait_inactive(handle, jobid, timeout=30)
+    assert "alloc" not in names(eventlog(handle, jobid))
