@@ -198,7 +198,7 @@ def cmd_load(args):
 
 
 def cmd_hold(args):
-    point = "prolog" if args.prolog else None
+    point = "prolog" if args.prolog else "depend" if args.depend else None
     hold = EpilogGate(flux.Flux()).hold(
         args.jobid, args.description, args.timeout, point
     )
@@ -300,7 +300,8 @@ def cmd_watch(args):
         else:
             ran = "ran" if hold["ran"] else "never-ran"
             # An epilog hold's line is as it always was.
-            prolog = " prolog" if hold.get("point") == "prolog" else ""
+            point = hold.get("point", "epilog")
+            prolog = f" {point}" if point != "epilog" else ""
             aborted = " aborted" if hold.get("aborted") else ""
             print(
                 f"{JobID(hold['id']).f58} {hold['description']} "
@@ -401,7 +402,8 @@ def parser():
         cmd_hold,
         "register hold DESCRIPTION on job JOBID: from the job's epilog point "
         "it keeps the job from clean until released (with --prolog: from its "
-        "entry to RUN, its start); print the hold",
+        "entry to RUN, its start; with --depend: at once, the job in DEPEND); "
+        "print the hold",
     )
     p.add_argument("jobid", type=jobid, metavar="JOBID", help=JOBID_HELP)
     p.add_argument("description", metavar="DESCRIPTION", help="1-64 of [A-Za-z0-9._-]")
@@ -413,10 +415,17 @@ def parser():
         help="finish the hold with status 124 once active this long "
         "(a Flux Standard Duration: 90, 90s, 10m, 1.5h, 2d)",
     )
-    p.add_argument(
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
         "--prolog",
         action="store_true",
         help="hold the job's start (until released) instead of its clean",
+    )
+    where.add_argument(
+        "--depend",
+        action="store_true",
+        help="keep the job in DEPEND (until released); only while it is in "
+        "NEW or DEPEND",
     )
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
 
@@ -505,7 +514,7 @@ def parser():
     p.add_argument("--json", action="store_true", help="print JSON lines")
     p.add_argument(
         "--point",
-        choices=("epilog", "prolog"),
+        choices=("epilog", "prolog", "depend"),
         help="only holds at this point",
     )
     p.add_argument(

@@ -64,7 +64,8 @@ class EpilogGate:
         """Register hold ``description`` on ``jobid``; return the hold
         (``{id, description, state}``).  ``timeout``: seconds, or a Flux
         Standard Duration such as ``"10m"``; ``point="prolog"`` holds the
-        job's start instead of its clean."""
+        job's start instead of its clean, ``point="depend"`` keeps the job
+        in DEPEND."""
         return self.hold_async(jobid, description, timeout, point).get()
 
     def release_async(self, jobid, description, status=0):
@@ -152,7 +153,8 @@ class EpilogGate:
         """Yield ``{id, description, userid, ran, point}`` for every hold
         that is active now, then for each hold as it becomes active.
         Blocks between holds; stop by leaving the loop.  ``points``
-        (``"epilog"``, ``"prolog"``) limits the holds to those points.
+        (``"epilog"``, ``"prolog"``, ``"depend"``) limits the holds to those
+        points.
 
         An active prolog hold whose job will never start (it was cancelled,
         or another hold failed) comes again with ``aborted: True``: abandon

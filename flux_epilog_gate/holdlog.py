@@ -15,7 +15,9 @@ Entries (RFC 18 eventlog lines):
 ``epilog_gate.hold {id, description[, timeout][, point]}``
     a hold was registered (its timestamp is the hold's ``t_hold``); every
     hold gets one, also a hold that becomes active at once, so the log
-    names every job that has holds; ``point`` only for a prolog hold
+    names every job that has holds; ``point`` only for a prolog or a
+    dependency hold (the latter written once its ``dependency-add`` is
+    sent, see :mod:`flux_epilog_gate.gate.depend`)
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
 ``epilog_gate.release {id, description, status}``

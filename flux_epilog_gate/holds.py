@@ -5,7 +5,10 @@ its epilog point, *active* once ``epilog-start`` has been posted for it, and
 gone once ``epilog-finish`` has been posted or it was cancelled while
 pending.  A *prolog* hold (``point`` :data:`PROLOG`) is the same with the
 job's start for the epilog point and ``prolog-start``/``prolog-finish`` for
-the epilog events (see :mod:`flux_epilog_gate.gate.prolog`).
+the epilog events (see :mod:`flux_epilog_gate.gate.prolog`).  A
+*dependency* hold (``point`` :data:`DEPEND`) keeps the job in DEPEND
+with ``dependency-add``/``dependency-remove``; it is active from the
+moment it is registered (see :mod:`flux_epilog_gate.gate.depend`).
 """
 
 import re
@@ -13,10 +16,12 @@ from enum import StrEnum
 
 
 class Point(StrEnum):
-    """Where a hold keeps its job: before its clean, or before its start."""
+    """Where a hold keeps its job: before its clean, before its start, or
+    in DEPEND."""
 
     EPILOG = "epilog"
     PROLOG = "prolog"
+    DEPEND = "depend"
 
 
 class HoldState(StrEnum):
@@ -43,10 +48,15 @@ class Reason(StrEnum):
     STARTED_UNGATED = "job started while epilog-gate was not loaded"
     #: A prolog hold whose prolog-start could not be posted.
     PROLOG_START_FAILED = "prolog-start failed"
+    #: A dependency hold whose job left DEPEND while the gate was not
+    #: there to see it (its dependency-add was lost in a crash).
+    LEFT_DEPEND = "job left DEPEND while epilog-gate was not loaded"
+    #: A dependency hold whose dependency-add could not be posted again.
+    DEPENDENCY_ADD_FAILED = "dependency-add failed"
 
 
 # The members by their short names, as the gate's modules use them.
-EPILOG, PROLOG = Point
+EPILOG, PROLOG, DEPEND = Point
 POINTS = tuple(point.value for point in Point)
 PENDING, ACTIVE, GONE = HoldState
 

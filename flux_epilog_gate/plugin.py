@@ -25,7 +25,7 @@ import syslog
 from . import holdlog, protocol
 from .config import Config, ConfigError
 from .errors import GateError
-from .gate import CLEANUP, INACTIVE, NEW, RUN, Gate
+from .gate import CLEANUP, DEPEND, INACTIVE, NEW, RUN, Gate
 from .holds import EPILOG
 from .jobtap.plugin import (
     Plugin,
@@ -205,7 +205,11 @@ class EpilogGatePlugin(Plugin):
         if self.carried is not None:
             if self.gate.retrack(jobid, state):
                 self._recover(jobid)
-        elif self.recovering and (self.log is None or jobid in self.log):
+        elif self.recovering and (
+            self.log is None or jobid in self.log or state == DEPEND
+        ):
+            # A job in DEPEND may be held by a dependency hold whose record
+            # a crash lost: its marked dependency-add tells.
             self.gate.begin_recovery(jobid, userid)
             self._recover(jobid)
 
@@ -217,7 +221,7 @@ class EpilogGatePlugin(Plugin):
         except OSError:
             state = INACTIVE
         entries = (self.log or {}).get(jobid, [])
-        if not entries and state not in (RUN, CLEANUP):
+        if not entries and state not in (DEPEND, RUN, CLEANUP):
             self.gate.end_recovery(jobid, [])
             return
         self.jobtap.read_eventlog(

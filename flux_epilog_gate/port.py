@@ -7,12 +7,17 @@ its exception types, and the answers of a hold's life, packed in the
 gate's C (fastpath.c).
 """
 
+from .holdlog import MARKER
 from .holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
 from .jobtap.facade import Jobtap
 
 #: Job exception raised for a failed prolog hold: fatal, the job never
 #: starts.
 PROLOG_EXCEPTION_TYPE = "prolog"
+
+#: Job exception raised for a failed dependency hold: fatal, the job
+#: never runs.
+DEPEND_EXCEPTION_TYPE = "dependency"
 
 #: The job topic a job with prolog holds asks for (see gate/prolog.py).
 RUN_TOPIC = "job.state.run"
@@ -64,6 +69,32 @@ class GatePort(Jobtap):
                 self.p, jobid, b"prolog-finish", description.encode(), status
             )
         )
+
+    def depend_start(self, jobid, description, timeout=None):
+        """Post ``dependency-add``, marked as the gate's, with the hold's
+        timeout (packed in C).  The job-manager takes it in NEW and DEPEND
+        only (the gate checks the state itself): posted as an event, it
+        counts exactly as one from ``flux_jobtap_dependency_add()``,
+        which cannot carry the mark."""
+        self.check(
+            self.lib.gate_post_start(
+                self.p,
+                jobid,
+                b"dependency-add",
+                description.encode(),
+                _timeout(timeout),
+            )
+        )
+
+    def depend_finish(self, jobid, description):
+        """Post ``dependency-remove``, marked as the gate's."""
+        self.post_event(
+            jobid, "dependency-remove", {"description": description, MARKER: True}
+        )
+
+    def raise_dependency(self, jobid, note):
+        """A failed dependency hold: the job never runs."""
+        self.raise_job_exception(jobid, DEPEND_EXCEPTION_TYPE, 0, note)
 
     def annotate(self, jobid, text):
         """Set the job's ``user.epilog_gate`` annotation to ``text`` (None:

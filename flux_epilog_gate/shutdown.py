@@ -56,7 +56,7 @@ import syslog
 
 from .errors import GateError
 from .gate import CLEANUP, RUN
-from .holds import ACTIVE, SHUTDOWN_REASON, SHUTDOWN_STATUS
+from .holds import ACTIVE, DEPEND, SHUTDOWN_REASON, SHUTDOWN_STATUS
 from .jobid import f58
 
 #: States of the broker's state machine (flux-core
@@ -265,14 +265,16 @@ class Shutdown:
         self._sweep()
 
     def _sweep(self):
-        """Finish every active hold."""
+        """Finish every active hold but those of jobs in DEPEND: such a job
+        does not hold the shutdown, and keeps its dependencies across a
+        restart."""
         self._sweeper = None
         timeout = self.gate.config.shutdown_timeout
         for hold in [
             hold
             for job in self.gate.jobs.values()
             for hold in job.holds.values()
-            if hold.state == ACTIVE
+            if hold.state == ACTIVE and hold.point != DEPEND
         ]:
             self.port.log(
                 syslog.LOG_ERR,

@@ -181,6 +181,17 @@ class FakePort:
                 open_.remove(context["description"])
         return sorted(open_)
 
+    def dependencies_open(self, jobid):
+        """Descriptions of the gate's dependencies added and not removed:
+        what keeps the job in DEPEND."""
+        open_ = []
+        for name, context in self.events[jobid]:
+            if name == "dependency-add":
+                open_.append(context["description"])
+            elif name == "dependency-remove":
+                open_.remove(context["description"])
+        return sorted(open_)
+
     def notes(self, jobid):
         return [context["note"] for context in self.posted_by_gate(jobid, EXCEPTION)]
 
@@ -244,6 +255,25 @@ class FakePort:
     def raise_fatal(self, jobid, note):
         self._maybe_fail(EXCEPTION)
         self.events[jobid].append((EXCEPTION, {"note": note, "severity": 0}))
+
+    def depend_start(self, jobid, description, timeout=None):
+        self._maybe_fail("dependency-add")
+        context = {"description": description, "epilog_gate": True}
+        if timeout is not None:
+            context["timeout"] = timeout
+        self.events[jobid].append(("dependency-add", context))
+
+    def depend_finish(self, jobid, description):
+        self._maybe_fail("dependency-remove")
+        self.events[jobid].append(
+            ("dependency-remove", {"description": description, "epilog_gate": True})
+        )
+
+    def raise_dependency(self, jobid, note):
+        self._maybe_fail(EXCEPTION)
+        self.events[jobid].append(
+            (EXCEPTION, {"note": note, "severity": 0, "type": "dependency"})
+        )
 
     def want_run(self, jobid):
         self.run_wanted.add(jobid)

@@ -25,6 +25,10 @@ through a *port*, an object with these methods (the real one is
     post ``prolog-start`` / ``prolog-finish``, marked as the gate's
 ``raise_fatal(id, note)``
     raise a fatal job exception (a failed prolog hold)
+``depend_start(id, description, timeout)`` / ``depend_finish(id, description)``
+    post ``dependency-add`` / ``dependency-remove``, marked as the gate's
+``raise_dependency(id, note)``
+    raise a fatal job exception (a failed dependency hold)
 ``want_run(id)``
     also send the tracked job's entry to RUN to the gate
 ``track(id, events=True)`` / ``untrack(id)``
@@ -62,6 +66,7 @@ package:
 ``jobs``           the record of each held job; holds that are gone
 ``counters``       what ``stats`` reports
 ``prolog``         prolog holds: holds that keep a job's start back
+``depend``         dependency holds: holds that keep a job in DEPEND
 ``states``         job states (flux.constants)
 =================  =========================================================
 """
@@ -69,6 +74,7 @@ package:
 from ..config import Config
 from ..holdlog import HoldLog
 from .counters import Counters
+from .depend import Dependencies
 from .epilog import EpilogPoint
 from .finish import Finishing
 from .jobs import GoneLog, Job, Tracking
@@ -125,6 +131,7 @@ class Gate(
         self.watchers = []
         self.holdlog = HoldLog(port, self.holds)
         self.prolog = Prologs(self)
+        self.depend = Dependencies(self)
         # What the instance's shutdown does (flux_epilog_gate.shutdown).
         self.shutdown = None
         self.stats = Counters()

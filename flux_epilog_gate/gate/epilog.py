@@ -6,7 +6,7 @@ active holds."""
 import syslog
 
 from ..errors import GateError
-from ..holds import ACTIVE, PENDING, PROLOG
+from ..holds import ACTIVE, EPILOG, PENDING
 from ..jobid import f58
 from .states import CLEANUP
 
@@ -27,6 +27,7 @@ class EpilogPoint:
         if job:
             if not job.recovering:
                 self.prolog.on_cleanup(job)
+                self.depend.on_cleanup(job)
             self._advance(job, CLEANUP)
 
     def on_event(self, jobid, name, state):
@@ -76,8 +77,9 @@ class EpilogPoint:
         job.at_point = True
         for hold in list(job.holds.values()):
             # A pending prolog hold is the prolog side's (dropped when the
-            # job enters CLEANUP), never an epilog.
-            if hold.state == PENDING and hold.point != PROLOG:
+            # job enters CLEANUP), a dependency hold the dependency side's:
+            # never an epilog.
+            if hold.state == PENDING and hold.point == EPILOG:
                 self._activate(hold)
         self._annotate(job)
 

@@ -4,7 +4,7 @@ exception if it failed), a pending one is only cancelled."""
 
 import syslog
 
-from ..holds import GONE, PENDING, PROLOG, Reason
+from ..holds import DEPEND, GONE, PENDING, PROLOG, Reason
 from ..jobid import f58
 
 
@@ -21,7 +21,9 @@ class Finishing:
 
     def failure_note(self, hold, status, reason):
         """The note of the job exception a failed or timed-out hold raises."""
-        point = "prolog hold" if hold.point == PROLOG else "hold"
+        point = {PROLOG: "prolog hold", DEPEND: "dependency hold"}.get(
+            hold.point, "hold"
+        )
         what = f"epilog-gate: {point} {hold.description}"
         if reason == Reason.TIMED_OUT:
             # Say how long it really was active: a hold that expired while
@@ -55,6 +57,9 @@ class Finishing:
         """Post what ends an active hold (already off the job)."""
         if hold.point == PROLOG:
             self.prolog.finish(job, hold, status, reason, note)
+            return
+        if hold.point == DEPEND:
+            self.depend.finish(job, hold, status, reason, note)
             return
         if status != 0:
             self._raise(job.id, hold, status, reason, note)

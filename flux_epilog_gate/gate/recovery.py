@@ -22,6 +22,7 @@ from ..holds import (
     Reason,
 )
 from ..jobid import f58
+from .depend import DEPEND_EVENTS
 from .states import CLEANUP, INACTIVE, RUN
 
 #: The epilog events the gate posts, marked as its own (holdlog.MARKER).
@@ -80,6 +81,7 @@ class Recovery:
     def _carry_on(self, job, state, unfinished):
         """The job's holds are known again: take each where it left off."""
         self.prolog.recovered(job, state)
+        self.depend.recovered(job, state)
         for hold in job.holds.values():
             if hold.state == ACTIVE:
                 self._arm_timer(hold)
@@ -113,6 +115,8 @@ class Recovery:
                 del released[description]
             elif name in ("prolog-start", "prolog-finish"):
                 self.prolog.replay(job, timestamp, name, context)
+            elif name in DEPEND_EVENTS:
+                self.depend.replay(job, timestamp, name, context, released)
             if name in PROGRESS_EVENTS:
                 seen.add(name)
             elif name == HOLD_EVENT and description not in job.holds:

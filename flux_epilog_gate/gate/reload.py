@@ -12,6 +12,7 @@ class Reload:
     def suspend(self):
         """The plugin is going away: send what is queued (its requests
         are answered as not confirmed), stop every timer."""
+        self.depend.flush()
         self.holdlog.suspend()
         for job in self.jobs.values():
             for hold in job.holds.values():
@@ -31,6 +32,7 @@ class Reload:
         if job.recovering:
             return True
         self.prolog.recovered(job, state)
+        self.depend.recovered(job, state)
         if not job.at_point and self._past_point(job, state):
             self._reach_point(job)
         return False

@@ -7,7 +7,7 @@ import syslog
 
 from ..errors import GateError
 from ..holdlog import NotConfirmed
-from ..holds import ACTIVE, EPILOG, PROLOG, Hold, Reason
+from ..holds import ACTIVE, DEPEND, EPILOG, PROLOG, Hold, Reason
 from ..jobid import f58
 from .states import INACTIVE
 
@@ -20,7 +20,8 @@ class Requests:
 
         Holding the same ``(jobid, description)`` again answers the
         existing hold.  ``point`` is where the hold keeps the job: its
-        clean (``"epilog"``) or its start (``"prolog"``).  The hold is in
+        clean (``"epilog"``), its start (``"prolog"``) or in DEPEND
+        (``"depend"``).  The hold is in
         force at once; ``done(hold, error)`` is called once its record is
         durable (``error`` None), the moment to answer the request.  If
         the record cannot be committed, a hold this call created is
@@ -31,7 +32,7 @@ class Requests:
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)
             if done is not None:
-                self.holdlog.barrier(lambda error: done(existing, error))
+                self.depend.barrier(lambda error: done(existing, error))
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None:
@@ -50,7 +51,9 @@ class Requests:
             self._annotate(job)
         self.gone.discard(jobid, description)
         self.stats["held"] += 1
-        self.holdlog.hold(
+        # A dependency hold is recorded once its dependency-add is sent.
+        record = self.depend.record if point == DEPEND else self.holdlog.hold
+        record(
             hold, None if done is None else lambda error: self._held(hold, error, done)
         )
         return hold, True
@@ -80,6 +83,8 @@ class Requests:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
         if point == PROLOG:
             self.prolog.check(job, jobid, state)
+        elif point == DEPEND:
+            self.depend.check(jobid, state)
         if job and len(job.holds) >= self.config.max_holds:
             raise GateError(
                 errno.ENOSPC,
@@ -92,6 +97,8 @@ class Requests:
         """Make a new hold pending or, past its point, active at once."""
         if hold.point == PROLOG:
             self.prolog.place(job, hold, state)
+        elif hold.point == DEPEND:
+            self.depend.place(job, hold)
         elif not job.recovering and (job.at_point or self._past_point(job, state)):
             self._activate(hold)
             job.at_point = True
