@@ -225,22 +225,6 @@ def _held_at_point(handle, gate, count, description):
     return jobids
 
 
-def _first_answer(inst, ask, timeout=60.0):
-    """Ask again and again from the moment the job-manager is gone until
-    the gate answers: the first answer comes as early as it can."""
-    handle = inst.handle()
-    deadline = time.time() + timeout
-    while True:
-        try:
-            return ask(handle)
-        except OSError as exc:
-            # An answer that never comes is a failure, not a retry.
-            if exc.errno == errno.ETIMEDOUT:
-                raise
-        assert time.time() < deadline, "the gate never answered"
-        time.sleep(0.001)
-
-
 def _reload_in_background(inst):
     done = {}
 
@@ -252,24 +236,39 @@ def _reload_in_background(inst):
     return thread, done
 
 
-def _wait_new_gate(inst):
-    """Wait until a new job-manager's gate answers ``query`` (whose
-    counters start from zero, while the old gate's ``held`` is not):
-    its recovery has just begun.  Requests sent meanwhile reach the new
-    job-manager as soon as it runs."""
+#: Seconds between two requests sent while the job-manager reloads.
+SPACING = 0.005
+
+
+def _first_on_new_gate(inst, send):
+    """Reload the job-manager while sending, every few milliseconds, a
+    ``query`` and right behind it on the same connection the request
+    ``send(handle)`` makes; return the future of the first request that
+    reached the new job-manager (its query answered with fresh counters:
+    the old gate's ``held`` is not 0).  Requests sent while the new
+    job-manager loads are queued for it, so the first reaches it as soon
+    as it runs, when its recovery has just begun."""
     handle = inst.handle()
+    thread, done = _reload_in_background(inst)
+    pairs = []
     deadline = time.time() + 120
-    while True:
+    end = None
+    while end is None or time.time() < end:
+        query = handle.rpc("job-manager.jobtap-query", {"name": "epilog-gate.so"})
+        pairs.append((query, send(handle)))
+        time.sleep(SPACING)
+        if end is None and not thread.is_alive():
+            end = time.time() + 0.2
+        assert time.time() < deadline, "the reload did not end"
+    thread.join()
+    assert done["result"].returncode == 0, done["result"].stderr
+    for query, future in pairs:
         try:
-            answer = handle.rpc(
-                "job-manager.jobtap-query", {"name": "epilog-gate.so"}
-            ).get()
-            if answer["counters"]["held"] == 0:
-                return
+            if query.get()["counters"]["held"] == 0:
+                return future
         except OSError:
-            pass
-        assert time.time() < deadline, "the job-manager was never reloaded"
-        time.sleep(0.001)
+            continue
+    raise AssertionError("no request reached the new job-manager")
 
 
 @pytest.mark.parametrize("conf", [{}, {"debug-fault": "slow-recovery"}], ids=repr)
@@ -277,24 +276,16 @@ def test_list_during_recovery_is_answered_from_complete_knowledge(
     conf, new_instance, plugin
 ):
     """Issue 17, item 4 and "No window": after a module reload, the very
-    first ``list`` answered names every active hold."""
+    first ``list`` the new gate answers names every active hold."""
     inst = new_instance(env=NO_CLEANUP, plugin_conf=conf)
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     jobids = _held_at_point(handle, gate, WINDOW_JOBS, "w")
-    last = jobids[-1]
-    thread, done = _reload_in_background(inst)
-    _wait_new_gate(inst)
-    first_all = _first_answer(
-        inst, lambda h: h.rpc("job-manager.epilog-gate.list", {}).get()["holds"]
-    )
-    first_one = EpilogGate(inst.handle()).list(last)
-    thread.join()
-    assert done["result"].returncode == 0, done["result"].stderr
-    assert sorted(h["id"] for h in first_all) == sorted(jobids)
-    assert all(h["state"] == "active" for h in first_all)
-    assert [(h["description"], h["state"]) for h in first_one] == [("w", "active")]
+    first = _first_on_new_gate(inst, lambda h: EpilogGate(h).list_async())
+    holds = first.get()["holds"]
+    assert sorted(h["id"] for h in holds) == sorted(jobids)
+    assert all(h["state"] == "active" for h in holds)
+    gate = EpilogGate(inst.handle())
     for jobid in jobids:
-        gate = EpilogGate(inst.handle())
         assert gate.release(jobid, "w") == {"released": True}
 
 
@@ -308,33 +299,24 @@ def test_a_watcher_during_recovery_gets_every_active_hold_once(
     inst = new_instance(env=NO_CLEANUP, plugin_conf=conf)
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     jobids = _held_at_point(handle, gate, WINDOW_JOBS, "w")
-    thread, done = _reload_in_background(inst)
-    _wait_new_gate(inst)
-    watch_handle = inst.handle()
-
-    def connect(h):
-        # A list right behind the watch on the same connection: once it
-        # is answered, the watch was taken at the same moment.
-        gate = EpilogGate(watch_handle)
-        stream = gate.watch_async(["w"])
-        gate.list_async().get()
-        stream.wait_for(30)
-        return stream, stream.get()
-
-    stream, first = _first_answer(inst, connect)
-    got = [first["id"]]
+    stream = _first_on_new_gate(inst, lambda h: EpilogGate(h).watch_async(["w"]))
+    got = []
     deadline = time.time() + 60
-    while len(got) < len(jobids) and time.time() < deadline:
-        stream.reset()
-        stream.wait_for(max(0.1, deadline - time.time()))
+    while len(got) < len(jobids):
+        remaining = deadline - time.time()
+        assert remaining > 0, f"{len(got)} of {len(jobids)} active holds watched"
+        try:
+            stream.wait_for(remaining)
+        except OSError as exc:
+            raise AssertionError(
+                f"{len(got)} of {len(jobids)} active holds watched"
+            ) from exc
         got.append(stream.get()["id"])
+        stream.reset()
     # Nothing more: each hold once.
-    stream.reset()
     with pytest.raises(OSError) as info:
         stream.wait_for(1.0)
     assert info.value.errno == errno.ETIMEDOUT
-    thread.join()
-    assert done["result"].returncode == 0
     assert sorted(got) == sorted(jobids)
     gate = EpilogGate(inst.handle())
     for jobid in jobids:
@@ -342,22 +324,23 @@ def test_a_watcher_during_recovery_gets_every_active_hold_once(
 
 
 def test_requests_waiting_on_recovery_are_answered(new_instance):
-    """hold and release (the owner's, decoded in C, and a guest's general
-    path) that arrive during a slow recovery wait and are answered."""
+    """A hold (the owner's, decoded in C) that arrives during a slow
+    recovery waits, and is answered once the gate has recovered."""
     inst = new_instance(env=NO_CLEANUP, plugin_conf={"debug-fault": "slow-recovery"})
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     jobids = _held_at_point(handle, gate, 3, "w")
     fresh = submit(handle, urgency=0)
-    thread, done = _reload_in_background(inst)
-    _wait_new_gate(inst)
-    first = _first_answer(inst, lambda h: EpilogGate(h).hold(fresh, "new"))
-    assert first["state"] == "pending"
+    first = _first_on_new_gate(
+        inst, lambda h: EpilogGate(h).hold_async(fresh, "new", timeout=3600)
+    )
+    assert first.get()["state"] == "pending"
     gate = EpilogGate(inst.handle())
-    assert gate.release(jobids[0], "w") == {"released": True}
-    thread.join()
-    wait_inactive(inst.handle(), jobids[0])
-    for jobid in jobids[1:]:
+    assert {(h["id"], h["description"]) for h in gate.list()} == {
+        (jobid, "w") for jobid in jobids
+    } | {(fresh, "new")}
+    for jobid in jobids:
         assert gate.release(jobid, "w") == {"released": True}
+    wait_inactive(inst.handle(), jobids[0])
 
 
 # The log's size
