@@ -278,10 +278,14 @@ def cmd_list(args):
 
 def fetch_holds(gate, jobids):
     """The holds of ``jobids`` (all if none) and the exit status: whether
-    any job was refused (unknown, not visible) or got no answer."""
+    any job was refused (unknown, not visible).  Without an answer for
+    every job, raise NoAnswerError: a partial table would read as complete."""
     if not jobids:
         return gate.list(), EXIT_OK
     answers = gate.wait_all(gate.list_async(target) for target in jobids)
+    for answer in answers:
+        if isinstance(answer, NoAnswerError):
+            raise answer
     holds = []
     for answer in answers:
         if isinstance(answer, OSError):

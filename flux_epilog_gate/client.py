@@ -106,7 +106,8 @@ class EpilogGate:
         """Release every ``(jobid, description)`` of ``holds`` at once;
         return, in order, each answer (as :meth:`release`) or the OSError
         that request failed with (:class:`NoAnswerError` if it got no
-        answer)."""
+        answer).  Raises NoAnswerError if the requests cannot be sent (the
+        connection to the broker is lost)."""
         return self.wait_all(
             [self.release_async(jobid, d, status) for jobid, d in holds]
         )

@@ -2,8 +2,9 @@
 
 When the connection to the broker is lost (the broker stopped, then died)
 before an answer came, libflux fails a waiting ``get()`` with whatever
-``errno`` happened to be set (ENOENT, EINVAL...), and a ``then()`` callback
-is never called at all.  ENOENT is also the gate's answer for an unknown
+``errno`` happened to be set (ENOENT, EINVAL...) or, if it was 0, flux's
+bindings return as if the answer had no payload (None); a ``then()``
+callback is never called at all.  ENOENT is also the gate's answer for an unknown
 job, so a caller could drop work it still owes.  :class:`GateRPC` tells the
 two apart: an answer fulfils the future, a lost connection leaves it
 unfulfilled, and that becomes :class:`NoAnswerError`.
@@ -63,10 +64,16 @@ class GateRPC(RPC):
 
     def get_str(self):
         try:
-            return super().get_str()
+            payload = super().get_str()
         except NoAnswerError:
             raise
         except OSError as exc:
             if no_answer(self) or exc.errno == NO_ANSWER_ERRNO:
                 raise NoAnswerError(self.method, exc) from exc
             raise
+        if no_answer(self):
+            # The wait failed with errno 0, which flux's bindings do not
+            # raise for: without this, "no payload" (None) would come back
+            # as if it were the answer.
+            raise NoAnswerError(self.method)
+        return payload
