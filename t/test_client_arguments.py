@@ -41,6 +41,7 @@ def test_watch_of_a_string_watches_that_one_description(
 def test_watch_generator_of_a_string_and_of_a_list_agree(
     handle, gate, no_leftover_holds
 ):
+    active(handle, gate, "c")  # what "cc" read as characters would watch
     jobid = active(handle, gate, "cc")
     for descriptions in ("cc", ["cc"], ("cc",)):
         hold = next(EpilogGate(handle).watch(descriptions))
@@ -48,6 +49,7 @@ def test_watch_generator_of_a_string_and_of_a_list_agree(
 
 
 def test_watch_points_as_a_string(handle, gate, no_leftover_holds):
+    active(handle, gate, "p")  # what "pt" read as characters would watch
     jobid = active(handle, gate, "pt")
     hold = next(EpilogGate(handle).watch("pt", points="epilog"))
     assert (hold["id"], hold["point"]) == (jobid, "epilog")
