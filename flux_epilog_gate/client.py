@@ -63,7 +63,11 @@ def _names(value, what):
 
 
 class EpilogGate:
-    """Hold, release, list and watch holds through ``handle``."""
+    """Hold, release, list and watch holds through ``handle``.
+
+    Every call returns the gate's answer, or raises OSError with the
+    gate's errno and message, or :class:`NoAnswerError` when no answer
+    came (see the module's documentation)."""
 
     def __init__(self, handle=None):
         self.handle = handle if handle is not None else flux.Flux()
