@@ -10,8 +10,8 @@ from ._flux import ensure_flux_bindings
 
 ensure_flux_bindings()
 
-from .client import EpilogGate  # noqa: E402
+from .client import EpilogGate, NoAnswerError  # noqa: E402
 from .paths import plugin_path  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["EpilogGate", "plugin_path", "__version__"]
+__all__ = ["EpilogGate", "NoAnswerError", "plugin_path", "__version__"]

@@ -8,7 +8,9 @@ The plugin checks every request, so this parses arguments and prints
 answers.
 
 Exit status: 0 success; 1 a request refused or the plugin unreachable
-(for several holds: any of them); 2 a usage error; 130 interrupted.  A
+(for several holds: any of them); 2 a usage error; 3 no answer came (the
+connection to the broker was lost: a request may or may not have taken
+effect; a watch ends so); 130 interrupted.  A
 closed standard output (``| head``) ends the command quietly, status 0.
 """
 
@@ -29,7 +31,7 @@ from flux.cli.argparse import FluxArgumentParser
 from flux.job import JobID
 from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_fsd
 
-from .client import EpilogGate
+from .client import EpilogGate, NoAnswerError
 from .config import Config, ConfigError, duration_problem, parse_duration
 from .holds import description_error
 from .paths import PLUGINS, plugin_path
@@ -38,7 +40,7 @@ PROG = "flux-epilog-gate"
 LOGGER = logging.getLogger(PROG)
 
 #: Exit statuses (see EXIT STATUS in flux-epilog-gate(1)).
-EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_ANSWER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
 STATES = ("pending", "active")
 
@@ -210,18 +212,25 @@ def cmd_release(args):
     gate = EpilogGate(flux.Flux())
     description, targets = release_targets(gate, args)
     answers = gate.release_many(targets, args.status)
-    refused = False
     for (target, _), answer in zip(targets, answers):
         what = f"{JobID(target).f58} {description}"
         if isinstance(answer, OSError):
             LOGGER.error("%s: %s", what, answer.strerror or answer)
-            refused = True
         elif not answer["released"]:
             reason = answer.get("reason", "gone")
             LOGGER.warning("%s: nothing to release (%s)", what, reason)
         elif not args.quiet:
             print(f"{what} released")
-    return EXIT_REFUSED if refused else EXIT_OK
+    return failure_status(answers)
+
+
+def failure_status(answers):
+    """The exit status of several requests: no answer to any of them
+    outweighs a refusal of any."""
+    errors = [answer for answer in answers if isinstance(answer, OSError)]
+    if any(isinstance(error, NoAnswerError) for error in errors):
+        return EXIT_NO_ANSWER
+    return EXIT_REFUSED if errors else EXIT_OK
 
 
 def release_targets(gate, args):
@@ -250,7 +259,7 @@ def release_targets(gate, args):
 
 def cmd_list(args):
     gate = EpilogGate(flux.Flux())
-    holds, refused = fetch_holds(gate, args.jobids)
+    holds, status = fetch_holds(gate, args.jobids)
     holds = [hold for hold in holds if wanted(hold, args)]
     holds.sort(key=lambda h: (h["id"], h["description"]))
     if args.json:
@@ -264,23 +273,26 @@ def cmd_list(args):
         now = time.time()
         items = [HoldInfo(hold, now) for hold in holds]
         formatter.print_items(items, no_header=args.no_header)
-    return EXIT_REFUSED if refused else EXIT_OK
+    return status
 
 
 def fetch_holds(gate, jobids):
-    """The holds of ``jobids`` (all if none) and whether any job was
-    refused (unknown, not visible)."""
+    """The holds of ``jobids`` (all if none) and the exit status: whether
+    any job was refused (unknown, not visible).  Without an answer for
+    every job, raise NoAnswerError: a partial table would read as complete."""
     if not jobids:
-        return gate.list(), False
+        return gate.list(), EXIT_OK
     answers = gate.wait_all(gate.list_async(target) for target in jobids)
-    holds, refused = [], False
+    for answer in answers:
+        if isinstance(answer, NoAnswerError):
+            raise answer
+    holds = []
     for answer in answers:
         if isinstance(answer, OSError):
             LOGGER.error("%s", answer.strerror or answer)
-            refused = True
         else:
             holds.extend(answer["holds"])
-    return holds, refused
+    return holds, failure_status(answers)
 
 
 def wanted(hold, args):
@@ -363,7 +375,8 @@ def parser():
         prog=PROG,
         description="Hold Flux jobs' clean until named cleanup work is done.",
         epilog="Exit status: 0 success, 1 a request refused (any of several), "
-        "2 a usage error, 130 interrupted.  See flux-epilog-gate(1).",
+        "2 a usage error, 3 no answer (the connection to the broker was lost), "
+        "130 interrupted.  See flux-epilog-gate(1).",
     )
     sub = top.add_subparsers(
         title="commands", dest="command", required=True, metavar="COMMAND"
@@ -534,6 +547,9 @@ def _run(argv):
         return args.func(args) or EXIT_OK
     except Usage as exc:
         args.parser.error(str(exc))  # exits with EXIT_USAGE
+    except NoAnswerError as exc:
+        LOGGER.error("%s", exc.strerror)
+        return EXIT_NO_ANSWER
     except BrokenPipeError:
         raise
     except (OSError, ConfigError, ValueError) as exc:

@@ -9,8 +9,12 @@
     ...     teardown(hold["id"])
     ...     gate.release(hold["id"], "bb-teardown")
 
-Errors come back as OSError with the plugin's message, as from any Flux
-RPC.  The plugin checks every request; the client only converts job ids.
+Errors come back as OSError with the plugin's errno and message, as from
+any Flux RPC.  The plugin checks every request; the client only converts
+job ids.  A request that gets no answer (the broker stopped or died, or the
+connection to it was lost) raises :class:`NoAnswerError` (an OSError, errno
+EHOSTUNREACH): whether it took effect is unknown, and it is never mistaken
+for an answer such as ENOENT, "unknown job".
 
 Many requests at once: start them with the ``*_async`` methods and wait
 with :meth:`EpilogGate.wait_all` (or ``then()`` callbacks), never with
@@ -28,11 +32,15 @@ from flux.core.inner import raw
 from flux.job import JobID
 from flux.util import parse_fsd
 
+from .rpc import GateRPC, NoAnswerError
+
 SERVICE = "job-manager.epilog-gate"
 
 #: :meth:`EpilogGate.watch` acknowledges what it has read at least this
 #: often, and before it waits for more.
 ACK_EVERY = 32
+
+__all__ = ["EpilogGate", "NoAnswerError"]
 
 
 def _jobid(jobid):
@@ -40,14 +48,37 @@ def _jobid(jobid):
     return int(JobID(jobid))
 
 
+def _names(value, what):
+    """``value`` (a string, or an iterable of strings) as a list, or None."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return [value]  # one name, not its characters
+    try:
+        names = list(value)
+    except TypeError:
+        raise TypeError(
+            f"{what}: expected a string or an iterable of strings, "
+            f"not {type(value).__name__}"
+        ) from None
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(f"{what}: {name!r} is not a string")
+    return names
+
+
 class EpilogGate:
-    """Hold, release, list and watch holds through ``handle``."""
+    """Hold, release, list and watch holds through ``handle``.
+
+    Every call returns the gate's answer, or raises OSError with the
+    gate's errno and message, or :class:`NoAnswerError` when no answer
+    came (see the module's documentation)."""
 
     def __init__(self, handle=None):
         self.handle = handle if handle is not None else flux.Flux()
 
     def _rpc(self, method, payload, flags=0):
-        return self.handle.rpc(f"{SERVICE}.{method}", payload, flags=flags)
+        return GateRPC(self.handle, method, payload, flags=flags)
 
     def hold_async(self, jobid, description, timeout=None, point=None):
         """Start a hold request (see :meth:`hold`); returns the future."""
@@ -84,20 +115,25 @@ class EpilogGate:
     def release_many(self, holds, status=0):
         """Release every ``(jobid, description)`` of ``holds`` at once;
         return, in order, each answer (as :meth:`release`) or the OSError
-        that request failed with."""
+        that request failed with (:class:`NoAnswerError` if it got no
+        answer).  Raises NoAnswerError if the requests cannot be sent (the
+        connection to the broker is lost)."""
         return self.wait_all(
             [self.release_async(jobid, d, status) for jobid, d in holds]
         )
 
     def wait_all(self, futures):
         """Wait for ``futures`` on the handle's own reactor; return, in
-        order, each one's result or the OSError it failed with.
+        order, each one's result or the OSError it failed with.  A future
+        that got no answer (the connection to the broker was lost) gives a
+        :class:`NoAnswerError`, never a result.
 
         Each future is waited with a ``then()`` callback, so no future runs
         a reactor of its own however many there are.  Call it outside any
         reactor callback of the same handle."""
         futures = list(futures)
-        results = [None] * len(futures)
+        unanswered = object()
+        results = [unanswered] * len(futures)
         pending = [len(futures)]
 
         def done(future, index):
@@ -109,11 +145,25 @@ class EpilogGate:
             if not pending[0]:
                 self.handle.reactor_stop()
 
-        for index, future in enumerate(futures):
-            future.then(done, index)
-        if pending[0]:
-            self.handle.reactor_run()
-        return results
+        try:
+            for index, future in enumerate(futures):
+                future.then(done, index)
+            if pending[0]:
+                # Returns early, without calling back the futures still
+                # waiting, when the connection to the broker is lost.
+                self.handle.reactor_run()
+        except OSError as exc:
+            lost = exc
+        else:
+            lost = None
+        return [
+            (
+                NoAnswerError(getattr(future, "method", "request"), lost)
+                if result is unanswered
+                else result
+            )
+            for future, result in zip(futures, results)
+        ]
 
     def list_async(self, jobid=None):
         """Start a list; the future's answer is ``{holds: [...]}``."""
@@ -127,10 +177,12 @@ class EpilogGate:
     def watch_async(self, descriptions=None, points=None):
         """Start a watch; returns the streaming future (see :meth:`watch`)."""
         payload = {}
+        descriptions = _names(descriptions, "descriptions")
         if descriptions:
-            payload["descriptions"] = list(descriptions)
+            payload["descriptions"] = descriptions
+        points = _names(points, "points")
         if points:
-            payload["points"] = list(points)
+            payload["points"] = points
         return self._rpc("watch", payload, flags=flux.constants.FLUX_RPC_STREAMING)
 
     def watch_ack(self, future, count):
@@ -152,9 +204,10 @@ class EpilogGate:
     def watch(self, descriptions=None, reconnect=60.0, points=None):
         """Yield ``{id, description, userid, ran, point}`` for every hold
         that is active now, then for each hold as it becomes active.
-        Blocks between holds; stop by leaving the loop.  ``points``
-        (``"epilog"``, ``"prolog"``, ``"depend"``) limits the holds to those
-        points.
+        Blocks between holds; stop by leaving the loop.  ``descriptions``
+        (one description, or an iterable of them) limits the holds to
+        those descriptions, ``points`` (``"epilog"``, ``"prolog"``,
+        ``"depend"``, one or an iterable) to those points.
 
         An active prolog hold whose job will never start (it was cancelled,
         or another hold failed) comes again with ``aborted: True``: abandon
@@ -163,7 +216,9 @@ class EpilogGate:
         When the plugin is reloaded or the job-manager restarts, the stream
         is ended and this watches again, waiting up to ``reconnect``
         seconds for the plugin to be back; holds still active are then
-        sent again (releasing twice is harmless).
+        sent again (releasing twice is harmless).  When the connection to
+        the broker is lost (the broker stopped or died), the watch ends
+        with :class:`NoAnswerError`.
 
         What has been read is acknowledged to the plugin (``watch-ack``)
         as the loop asks for more.  A loop body so slow that more than

@@ -213,7 +213,20 @@ def strictly_equal(a, b):
 def _parse_rules(value):
     if not isinstance(value, list):
         raise ConfigError("rules: expected an array of tables")
-    return tuple(Rule.parse(i, table) for i, table in enumerate(value))
+    rules = tuple(Rule.parse(i, table) for i, table in enumerate(value))
+    # A job holds a description once, at one point: a second rule of the
+    # same description would be ignored (its timeout lost) or, at another
+    # point, refused on every job both match.
+    first = {}
+    for index, rule in enumerate(rules):
+        earlier = first.setdefault(rule.description, index)
+        if earlier != index:
+            raise ConfigError(
+                f"rules[{index}].description: {rule.description!r} is already "
+                f"the description of rules[{earlier}] (each rule needs a "
+                "description of its own)"
+            )
+    return rules
 
 
 def _parse_bool(value, key):

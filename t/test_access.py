@@ -184,9 +184,6 @@ def test_guest_lists_own_jobs_only(inst, owner, jobs):
     ]
     assert {h["userid"] for h in holds} == {GUEST_A}
     assert a.list(jobs["a"]) == owner.list(jobs["a"])
-    # Asking for someone else's job by id shows nothing either.
-    assert a.list(jobs["owner"]) == []
-    assert a.list(jobs["b"]) == []
 
     b = guest(inst, GUEST_B)
     assert [(h["id"], h["description"]) for h in b.list()] == [(jobs["b"], "b-1")]
@@ -199,6 +196,40 @@ def test_guest_lists_own_jobs_only(inst, owner, jobs):
     assert info.value.errno == errno.EPERM
     assert all(h["userid"] == os.getuid() for h in same.list())
     assert table(owner) == everything
+
+
+def test_guest_list_of_another_users_job_is_unknown_job(inst, owner, jobs):
+    """To a guest, someone else's job is an unknown job (ENOENT), as an
+    unknown job id is: not an empty list."""
+    a = guest(inst, GUEST_A)
+    for other in (jobs["owner"], jobs["b"]):
+        with pytest.raises(OSError) as info:
+            a.list(other)
+        assert info.value.errno == errno.ENOENT
+        assert "unknown job" in str(info.value)
+    # Its own job without holds is no error.
+    bare = submit_as(inst.uri, GUEST_A)
+    try:
+        assert a.list(bare) == []
+    finally:
+        flux.job.cancel(owner.handle, bare)
+
+
+def test_guest_cli_list_of_another_users_job_exits_1(inst, owner, jobs):
+    env = dict(inst.env, FLUX_HANDLE_USERID=str(GUEST_A), FLUX_HANDLE_ROLEMASK="0x2")
+    done = subprocess.run(
+        CLI + ["list", "--json", str(jobs["a"]), str(jobs["b"])],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    assert done.returncode == 1, done
+    assert f"unknown job {flux.job.JobID(jobs['b']).f58}" in done.stderr
+    assert "Traceback" not in done.stderr
+    # The guest's own job is still listed; the other's holds are not.
+    assert "a-1" in done.stdout and "b-1" not in done.stdout
 
 
 def test_guest_watch_sees_own_jobs_only(inst, owner):

@@ -5,6 +5,8 @@ import time
 
 import flux.job
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jobs import eventlog, names, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
@@ -27,6 +29,16 @@ def reload_config(inst, text):
 @pytest.fixture
 def ruled(new_instance):
     return new_instance(config=RULES)
+
+
+@pytest.fixture(scope="module")
+def reloaded(plugin):
+    """One instance for the examples of a property, its config rewritten
+    and reloaded by each."""
+    from flux_epilog_gate.testing import Instance
+
+    with Instance(cores=8, plugin=plugin, config=RULES) as inst:
+        yield inst
 
 
 def test_plugin_loaded_from_job_manager_plugins_config(instance):
@@ -192,3 +204,84 @@ def test_annotation_stays_current_across_a_restart(new_instance):
     gate.release(jobid, "umount")
     wait_event(handle, jobid, "clean")
     assert annotation_is(inst, jobid, "")
+
+
+# Rules of one description
+
+
+TWICE = (
+    RULES + '\n[[epilog-gate.rules]]\nattribute = "system.other"\ndescription = "bb"\n'
+)
+BOTH_POINTS = (
+    RULES + '\n[[epilog-gate.rules]]\nattribute = "system.bb"\ndescription = "bb"\n'
+    'point = "prolog"\n'
+)
+
+
+@pytest.mark.parametrize("text", [TWICE, BOTH_POINTS], ids=["twice", "both-points"])
+def test_rules_of_one_description_fail_reload_naming_key(ruled, text):
+    """Accepted, they used to fail on every job both matched (or drop the
+    second rule's timeout)."""
+    result = reload_config(ruled, text)
+    assert result.returncode != 0
+    assert "rules[1].description" in result.stderr
+    assert [r["description"] for r in query(ruled)["config"]["rules"]] == ["bb"]
+
+
+def test_rules_of_one_description_fail_the_load_naming_key(new_instance, plugin):
+    inst = new_instance(plugin=None)
+    rules = (
+        '[{"attribute":"a","description":"bb"},{"attribute":"b","description":"bb"}]'
+    )
+    result = inst.flux("jobtap", "load", plugin, f"rules={rules}", check=False)
+    assert result.returncode != 0
+    assert "rules[1].description" in result.stderr
+    assert "epilog-gate.so" not in inst.flux("jobtap", "list").stdout.split()
+
+
+def rules_toml(rules):
+    text = ""
+    for rule in rules:
+        text += "\n[[epilog-gate.rules]]\n"
+        text += "".join(f'{key} = "{value}"\n' for key, value in rule.items())
+    return text
+
+
+@settings(
+    max_examples=12,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {"attribute": st.sampled_from(["system.bb", "user.x"])},
+            optional={"point": st.sampled_from(["epilog", "prolog"])},
+        ).flatmap(
+            lambda rule: st.sampled_from(["bb", "mnt", "lic"]).map(
+                lambda description: dict(rule, description=description)
+            )
+        ),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_reload_takes_rules_exactly_when_descriptions_are_unique(reloaded, rules):
+    """A bounded check through a real `flux config reload`: a set of rules
+    is taken whole, or refused naming the first repeated description and
+    the rules in force are kept."""
+    before = query(reloaded)["config"]["rules"]
+    result = reload_config(reloaded, rules_toml(rules))
+    descriptions = [rule["description"] for rule in rules]
+    repeated = [i for i, d in enumerate(descriptions) if d in descriptions[:i]]
+    now = query(reloaded)["config"]["rules"]
+    if repeated:
+        assert result.returncode != 0
+        assert f"rules[{repeated[0]}].description" in result.stderr
+        assert now == before
+    else:
+        assert result.returncode == 0, result.stderr
+        assert [(r["description"], r.get("point", "epilog")) for r in now] == [
+            (r["description"], r.get("point", "epilog")) for r in rules
+        ]

@@ -5,7 +5,7 @@ precedence over the [epilog-gate] table."""
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.config import (
@@ -355,3 +355,89 @@ def test_bad_shutdown_action_is_refused_naming_the_key_and_the_actions(value):
     with pytest.raises(ConfigError, match="^shutdown-action: ") as info:
         Config.from_sources(None, {"shutdown-action": value})
     assert "'keep'" in str(info.value) and "'finish'" in str(info.value)
+
+
+# Rules: one description per rule
+
+
+@pytest.mark.parametrize(
+    "second",
+    [
+        {"attribute": "system.other", "description": "bb"},
+        {"attribute": "system.bb", "description": "bb", "timeout": "5m"},
+        {"attribute": "system.bb", "description": "bb", "point": "prolog"},
+    ],
+)
+def test_rules_of_the_same_description_are_refused_naming_the_key(second):
+    """Twice at one point the second rule would be ignored (its timeout
+    lost); at both points it would be refused on every job."""
+    first = {"attribute": "system.bb", "description": "bb"}
+    with pytest.raises(ConfigError) as exc:
+        Config.from_sources(None, {"rules": [first, second]})
+    message = str(exc.value)
+    assert message.startswith("rules[1].description: 'bb'")
+    assert "rules[0]" in message
+
+
+def test_rules_of_distinct_descriptions_are_accepted():
+    rules = [
+        {"attribute": "system.bb", "description": "bb"},
+        {"attribute": "system.bb", "description": "bb-setup", "point": "prolog"},
+    ]
+    config = Config.from_sources(None, {"rules": rules})
+    assert [rule.to_dict() for rule in config.rules] == rules
+
+
+#: Rules as they may be configured, well or badly: a few names, so that
+#: duplicates are frequent.
+_rule_tables = st.fixed_dictionaries(
+    {
+        "attribute": st.sampled_from(["system.bb", "user.a.b", "x", "a..b"]),
+        "description": st.sampled_from(["bb", "bb-2", "mount", "b b", ""]),
+    },
+    optional={
+        "point": st.sampled_from(["epilog", "prolog", "never"]),
+        "timeout": st.sampled_from([60, "10m", 0, "soon"]),
+        "equals": st.sampled_from([1, "x", True]),
+    },
+)
+
+
+def expected_rule_error(rules):
+    """The key the first problem of ``rules`` is named by, or None: the
+    first rule that is bad in itself, else the first repeated description."""
+    for index, rule in enumerate(rules):
+        if rule["attribute"] == "a..b":
+            return f"rules[{index}].attribute"
+        if rule["description"] in ("b b", ""):
+            return f"rules[{index}].description"
+        if rule.get("timeout") in (0, "soon"):
+            return f"rules[{index}].timeout"
+        if rule.get("point") == "never":
+            return f"rules[{index}].point"
+    seen = set()
+    for index, rule in enumerate(rules):
+        if rule["description"] in seen:
+            return f"rules[{index}].description"
+        seen.add(rule["description"])
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_rule_tables, max_size=6))
+def test_rules_are_accepted_exactly_when_each_is_good_and_descriptions_unique(
+    rules,
+):
+    key = expected_rule_error(rules)
+    if key is None:
+        config = Config.from_sources(None, {"rules": rules})
+        assert [r.description for r in config.rules] == [
+            r["description"] for r in rules
+        ]
+        # What the plugin shows reads back as the same rules.
+        again = Config.from_sources(None, {"rules": config.to_dict()["rules"]})
+        assert [r.to_dict() for r in again.rules] == config.to_dict()["rules"]
+    else:
+        with pytest.raises(ConfigError) as exc:
+            Config.from_sources(None, {"rules": rules})
+        assert str(exc.value).startswith(key + ":"), (str(exc.value), key)

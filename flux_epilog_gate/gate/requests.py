@@ -158,11 +158,14 @@ class Requests:
 
     def list(self, jobid=None, userid=None):
         """Return list entries of all holds, or of one job's; only those of
-        ``userid``'s jobs when it is given."""
+        ``userid``'s jobs when it is given, and another user's job is then
+        an unknown job (ENOENT), as it is to flux-core's job-list."""
         if jobid is not None:
-            if jobid not in self.jobs:
-                self._job_info(jobid)  # unknown job: ENOENT
-            jobs = [self.jobs[jobid]] if jobid in self.jobs else []
+            job = self.jobs.get(jobid)
+            owner = job.userid if job else self._job_info(jobid)[1]  # or ENOENT
+            if userid is not None and owner != userid:
+                raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}")
+            jobs = [job] if job else []
         else:
             jobs = self.jobs.values()
         return [

@@ -414,9 +414,17 @@ def test_list_with_userid_shows_only_that_users_jobs(port, gate):
     assert [h["description"] for h in gate.list(userid=OTHER)] == ["theirs"]
 
 
-def test_list_with_id_of_another_users_job_is_empty(port, gate):
-    held_job(port, gate, "theirs", jobid=JOB2, userid=OTHER)
-    assert gate.list(JOB2, userid=USER) == []
+@pytest.mark.parametrize("held", [True, False], ids=["held", "without-holds"])
+def test_list_with_id_of_another_users_job_is_an_unknown_job(port, gate, held):
+    if held:
+        held_job(port, gate, "theirs", jobid=JOB2, userid=OTHER)
+    else:
+        port.add_job(JOB2, RUN, OTHER)
+    with pytest.raises(GateError) as info:
+        gate.list(JOB2, userid=USER)
+    assert info.value.errnum == errno.ENOENT
+    assert info.value.message.startswith("unknown job ")
+    assert gate.list(JOB2, userid=OTHER) == ([] if not held else gate.list(JOB2))
 
 
 def test_released_hold_is_no_longer_listed(port, gate):
