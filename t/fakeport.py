@@ -21,7 +21,9 @@
   with ``fail(CANCEL)``);
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit) fail with OSError, to check what the gate does when
-  the job-manager refuses.
+  the job-manager refuses;
+- ``read_eventlog`` keeps each read in :attr:`FakePort.reads` as
+  ``(id, callback)``: the test answers it.
 """
 
 import errno
@@ -95,6 +97,7 @@ class FakePort:
         self.run_wanted = set()
         self.restart = True
         self.aborted = 0
+        self.reads = []
 
     # Driving the fake from a test
 
@@ -283,6 +286,9 @@ class FakePort:
 
     def log(self, level, text):
         self.logs.append((level, text))
+
+    def read_eventlog(self, jobid, callback):
+        self.reads.append((jobid, callback))
 
     def restartable(self):
         return self.restart

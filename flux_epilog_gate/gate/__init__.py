@@ -40,6 +40,10 @@ through a *port*, an object with these methods (the real one is
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran, point[,
     aborted]}``) to a watcher; returns False if the watcher is gone
+``read_eventlog(id, callback)``
+    read a job's eventlog without blocking; later call
+    ``callback(events, error)`` with a list of ``(timestamp, name,
+    context)``, or None and an OSError
 ``log(level, text)``
     log a line (syslog levels)
 
@@ -59,6 +63,7 @@ package:
 ``watchers``       clients streaming activations
 ``jobs``           the record of each held job; holds that are gone
 ``counters``       what ``stats`` reports
+``lost``           pending holds whose job went inactive without them
 ``prolog``         prolog holds: holds that keep a job's start back
 ``states``         job states (flux.constants)
 =================  =========================================================
@@ -70,6 +75,7 @@ from .counters import Counters
 from .epilog import EpilogPoint
 from .finish import Finishing
 from .jobs import GoneLog, Job, Tracking
+from .lost import Losses
 from .prolog import Prologs
 from .recovery import EPILOG_EVENTS, PROGRESS_EVENTS, Recovery
 from .reload import Reload
@@ -126,6 +132,7 @@ class Gate(
         # What the instance's shutdown does (flux_epilog_gate.shutdown).
         self.shutdown = None
         self.stats = Counters()
+        self.losses = Losses(self)
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""

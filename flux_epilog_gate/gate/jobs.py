@@ -82,10 +82,12 @@ class Tracking:
         self.replayed_progress.pop(jobid, None)
         if job is None:
             return
+        lost = self.losses.inactive(job)
         for hold in job.holds.values():
             hold.state = GONE
             self._stop_timer(hold)
-            self.gone.add(jobid, hold.description, Reason.JOB_INACTIVE)
+            if hold not in lost:
+                self.gone.add(jobid, hold.description, Reason.JOB_INACTIVE)
 
     def _track(self, jobid, userid):
         job = Job(jobid, userid)
