@@ -147,24 +147,36 @@ class Shutdown:
         loaded from there holds it then.
         """
         for job in list(self.gate.jobs.values()):
-            pending = sorted(
-                hold.description
-                for hold in job.holds.values()
-                if hold.state != ACTIVE and hold.point == EPILOG
-            )
+            pending = _pending(job)
             if not pending:
                 continue
             state = self._state(job.id)
             if state == CLEANUP:
-                self.port.log(
-                    syslog.LOG_ERR,
-                    f"shutdown: job {f58(job.id)} is still in CLEANUP as the "
-                    "instance stops: its holds become active now, or the "
-                    "restart would free it before any plugin can hold it",
-                )
-                self.gate.reach_point(job.id)
+                self._stopping_in_cleanup(job.id, "is still in")
             elif state == RUN:
                 self._left_running(job.id, pending)
+
+    def entered_cleanup(self, jobid):
+        """A held job entered CLEANUP without reaching its epilog point.
+
+        Once the broker has left CLEANUP, that is a job the stopping
+        instance ends (job-exec raises an exception as the modules it
+        needs are removed): nothing will wait for its processes, and the
+        restart would free it before any plugin sees it."""
+        if self.broker_state is None or self.broker_state <= BROKER_CLEANUP:
+            return
+        job = self.gate.jobs.get(jobid)
+        if job is not None and _pending(job):
+            self._stopping_in_cleanup(jobid, "entered")
+
+    def _stopping_in_cleanup(self, jobid, how):
+        self.port.log(
+            syslog.LOG_ERR,
+            f"shutdown: job {f58(jobid)} {how} CLEANUP as the instance stops: "
+            "its holds become active now, or the restart would free it before "
+            "any plugin can hold it",
+        )
+        self.gate.reach_point(jobid)
 
     def _left_running(self, jobid, pending):
         several = len(pending) > 1
@@ -383,6 +395,15 @@ def loaded_from_config(conf, name):
     return any(
         isinstance(load, str) and os.path.basename(load) in (name, f"{name}.so")
         for load in loads
+    )
+
+
+def _pending(job):
+    """The descriptions of the job's pending epilog holds, sorted."""
+    return sorted(
+        hold.description
+        for hold in job.holds.values()
+        if hold.state != ACTIVE and hold.point == EPILOG
     )
 
 

@@ -47,9 +47,18 @@ def _running(handle, tmp_path, ignore_term=False):
     return job
 
 
-def _shutdown(inst):
+def _shutdown(inst, keep_running=False):
     """``flux shutdown``; return what it printed (the instance's log from
-    the moment it began)."""
+    the moment it began).
+
+    With ``keep_running``, job-exec is removed first (as a module reload
+    would): running jobs stay in RUN and end only at the restart, when
+    they cannot be reattached.  Otherwise a job left running may also end
+    while the instance stops, when rc3 removes job-info before job-exec
+    (the order is flux-core's, not fixed): the gate then holds it as it
+    enters CLEANUP."""
+    if keep_running:
+        inst.flux("module", "remove", "job-exec")
     done = inst.flux("shutdown", timeout=SLACK + 60, check=False)
     inst.proc.wait(timeout=SLACK)
     return done.stderr
@@ -104,6 +113,38 @@ def test_job_left_in_cleanup_keeps_its_pending_hold(new_instance, tmp_path):
     assert f"job {f58(job)} is still in CLEANUP as the instance stops" in output
 
 
+RC3_CANCEL = """
+from flux.modprobe import task
+
+
+@task("cancel-jobs", ranks="0", before=["job-exec", "job-info", "job-manager"])
+def cancel_jobs(context):
+    context.bash("flux cancel --all --quiet")
+"""
+
+
+def test_job_entering_cleanup_as_the_instance_stops_keeps_its_pending_hold(
+    new_instance, tmp_path
+):
+    """A job that ends while the instance stops (here cancelled by an rc3
+    task; job-exec does the same when rc3 removes job-info first): nothing
+    waits for its processes, and the restart would free it before any
+    plugin sees it."""
+    modprobe = tmp_path / "modprobe"
+    (modprobe / "rc3.d").mkdir(parents=True)
+    (modprobe / "rc3.d" / "cancel.py").write_text(RC3_CANCEL)
+    inst = new_instance(cores=None, env={"FLUX_MODPROBE_PATH_APPEND": str(modprobe)})
+    handle = inst.handle()
+    job = _running(handle, tmp_path, ignore_term=True)
+    EpilogGate(handle).hold(job, "bb")
+
+    output = _shutdown(inst)
+
+    handle = _restart(inst, None, at_run_time=False)
+    _assert_held_then_released(handle, job, "bb")
+    assert f"job {f58(job)} entered CLEANUP as the instance stops" in output
+
+
 def test_job_left_in_cleanup_keeps_its_hold_loaded_at_run_time(
     new_instance, plugin, tmp_path
 ):
@@ -133,7 +174,7 @@ def test_job_left_running_is_held_by_a_gate_loaded_from_the_config(
     job = _running(handle, tmp_path)
     EpilogGate(handle).hold(job, "bb")
 
-    output = _shutdown(inst)
+    output = _shutdown(inst, keep_running=True)
     assert (
         f"job {f58(job)} still runs as the instance stops: its pending hold bb "
         "stays pending; epilog-gate is loaded from the instance config"
@@ -159,7 +200,7 @@ def test_job_left_running_loses_a_hold_loaded_at_run_time_loudly(
     job = _running(handle, tmp_path)
     EpilogGate(handle).hold(job, "bb")
 
-    output = _shutdown(inst)
+    output = _shutdown(inst, keep_running=True)
     assert (
         f"job {f58(job)} still runs as the instance stops, and epilog-gate is "
         "not loaded from the instance config"
@@ -211,3 +252,62 @@ def test_ordinary_cleanup_keeps_a_running_jobs_hold_loaded_at_run_time(
     new_instance, plugin, tmp_path
 ):
     _ordinary_cleanup(new_instance, plugin, tmp_path, at_run_time=True)
+
+
+# Loaded in rc1: at run time, but before job-exec
+
+
+RC1_TASK = """
+from flux.modprobe import task
+
+
+@task("load-epilog-gate", ranks="0", after=["job-manager"], before=["job-exec"])
+def load_epilog_gate(context):
+    context.bash("flux jobtap load {plugin}")
+"""
+
+
+def test_job_left_running_is_held_by_a_gate_loaded_in_rc1_before_job_exec(
+    new_instance, plugin, tmp_path
+):
+    """A modprobe rc1 task that loads the gate after the job-manager and
+    before job-exec has it back before a job left running can end."""
+    modprobe = tmp_path / "modprobe"
+    (modprobe / "rc1.d").mkdir(parents=True)
+    (modprobe / "rc1.d" / "epilog_gate.py").write_text(RC1_TASK.format(plugin=plugin))
+    inst = new_instance(
+        cores=None, plugin=None, env={"FLUX_MODPROBE_PATH_APPEND": str(modprobe)}
+    )
+    assert "epilog-gate" in inst.flux("jobtap", "list").stdout
+    handle = inst.handle()
+    job = _running(handle, tmp_path)
+    EpilogGate(handle).hold(job, "bb")
+    _shutdown(inst, keep_running=True)
+
+    handle = _restart(inst, plugin, at_run_time=False)
+    wait_event(handle, job, "epilog-start", timeout=SLACK)
+    _assert_held_then_released(handle, job, "bb")
+    assert query(inst)["counters"]["lost"] == 0
+
+
+# flux jobtap remove + load: a job that ends in between
+
+
+def test_job_ending_while_the_plugin_is_removed_loses_its_hold_loudly(
+    new_instance, plugin
+):
+    inst = new_instance(plugin=None)
+    inst.flux("jobtap", "load", plugin)
+    handle = inst.handle()
+    job = flux.job.submit(handle, JobspecV1.from_command(["true"]), urgency=0)
+    EpilogGate(handle).hold(job, "bb")
+    inst.flux("jobtap", "remove", "epilog-gate.so")
+    flux.job.cancel(handle, job)
+    wait_inactive(handle, job, timeout=SLACK)
+    inst.flux("jobtap", "load", plugin)
+
+    (line,) = _wait_log(inst, f"hold bb of job {f58(job)} was lost")
+    assert ".err[" in line, line
+    assert query(inst)["counters"]["lost"] == 1
+    answer = EpilogGate(handle).release(job, "bb")
+    assert answer["released"] is False and "lost" in answer["reason"], answer

@@ -430,3 +430,23 @@ def test_a_broker_seen_first_past_cleanup_is_left_alone(port):
 )
 def test_loaded_from_config_reads_job_manager_plugins(conf, loaded):
     assert loaded_from_config(conf, "epilog-gate") is loaded
+
+
+def test_job_entering_cleanup_after_the_broker_left_gets_its_holds_active(port):
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    still_running(port, gate)
+    assert epilog_starts(port, RUNNING_JOB) == ["umount"]
+    (line,) = lines(port, "entered CLEANUP as the instance stops", syslog.LOG_ERR)
+    assert f58(RUNNING_JOB) in line
+
+
+def test_job_entering_cleanup_before_the_broker_leaves_waits_for_its_end(port):
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    still_running(port, gate)
+    assert epilog_starts(port, RUNNING_JOB) == []
+    assert not lines(port, "as the instance stops")
