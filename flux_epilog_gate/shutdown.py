@@ -40,6 +40,13 @@ gate therefore, from the moment the broker enters CLEANUP:
 Pending holds of jobs that are neither running nor in CLEANUP do not hold
 the shutdown: they stay in the hold log, whatever the action.
 
+When the broker leaves CLEANUP with held jobs not ended (no cleanup step,
+``FLUX_DISABLE_JOB_CLEANUP``, or one cut short by a signal or
+``broker.cleanup-timeout``), see :meth:`Shutdown.leave`: a job left in
+CLEANUP, or one that enters CLEANUP after that, has its pending holds
+made active (the restart would free it before any plugin sees it); a job
+left running is named, with what the restart will do to its holds.
+
 Plain Python: it drives the job-manager through the gate's port (see
 :mod:`flux_epilog_gate.gate`), with these methods in addition:
 
@@ -49,6 +56,9 @@ Plain Python: it drives the job-manager through the gate's port (see
     make the broker abort its cleanup step (as a signal would)
 ``cancel(id, note)``
     raise a fatal job exception of type ``cancel``, as ``flux cancel`` does
+``job_cleanup()``
+    True if the shutdown runs flux-core's job cleanup step (False with
+    ``FLUX_DISABLE_JOB_CLEANUP``)
 """
 
 import errno
@@ -109,6 +119,15 @@ class Shutdown:
             self.began = now
             self.action = self._resolve_action()
         if self.expired:
+            return
+        if not self.port.job_cleanup():
+            # Nothing waits: the broker leaves CLEANUP at once (see leave()).
+            self.port.log(
+                syslog.LOG_WARNING,
+                "shutdown: flux-core's job cleanup step is disabled "
+                "(FLUX_DISABLE_JOB_CLEANUP): the instance stops without "
+                "waiting on holds",
+            )
             return
         timeout = self.gate.config.shutdown_timeout
         delay = max(0.0, self.began + timeout - now)

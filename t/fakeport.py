@@ -22,6 +22,7 @@
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit) fail with OSError, to check what the gate does when
   the job-manager refuses;
+- ``job_cleanup()`` answers :attr:`FakePort.cleanup_step`;
 - ``read_eventlog`` keeps each read in :attr:`FakePort.reads` as
   ``(id, callback)``: the test answers it.
 """
@@ -98,6 +99,7 @@ class FakePort:
         self.restart = True
         self.aborted = 0
         self.reads = []
+        self.cleanup_step = True
 
     # Driving the fake from a test
 
@@ -295,6 +297,9 @@ class FakePort:
 
     def abort_cleanup(self):
         self.aborted += 1
+
+    def job_cleanup(self):
+        return self.cleanup_step
 
     def cancel(self, jobid, note):
         self._maybe_fail(CANCEL)

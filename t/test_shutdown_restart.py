@@ -175,6 +175,8 @@ def test_job_left_running_is_held_by_a_gate_loaded_from_the_config(
     EpilogGate(handle).hold(job, "bb")
 
     output = _shutdown(inst, keep_running=True)
+    assert "job cleanup step is disabled (FLUX_DISABLE_JOB_CLEANUP)" in output
+    assert "shutdown waits on" not in output
     assert (
         f"job {f58(job)} still runs as the instance stops: its pending hold bb "
         "stays pending; epilog-gate is loaded from the instance config"

@@ -450,3 +450,15 @@ def test_job_entering_cleanup_before_the_broker_leaves_waits_for_its_end(port):
     still_running(port, gate)
     assert epilog_starts(port, RUNNING_JOB) == []
     assert not lines(port, "as the instance stops")
+
+
+def test_without_a_job_cleanup_step_nothing_waits_and_that_is_said(port):
+    gate, shutdown = make(port)
+    port.cleanup_step = False
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    (line,) = lines(port, "job cleanup step is disabled", syslog.LOG_WARNING)
+    assert "without waiting on holds" in line
+    assert not lines(port, "waits on") and port.armed_timers() == []
+    port.advance(2 * TIMEOUT)
+    assert port.aborted == 0 and not lines(port, "expired")
