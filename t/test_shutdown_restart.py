@@ -313,3 +313,28 @@ def test_job_ending_while_the_plugin_is_removed_loses_its_hold_loudly(
     assert query(inst)["counters"]["lost"] == 1
     answer = EpilogGate(handle).release(job, "bb")
     assert answer["released"] is False and "lost" in answer["reason"], answer
+
+
+# A crash with a held job in CLEANUP whose processes have not ended
+
+
+def test_crash_with_a_job_in_cleanup_loses_its_hold_loudly(new_instance, tmp_path):
+    """Nothing runs at a SIGKILL: the restart frees and cleans the job
+    while the job-manager replays its eventlog, before the gate (here from
+    the config) is called for it.  The gate finds it inactive and says so."""
+    inst = new_instance(cores=None)
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    job = _running(handle, tmp_path, ignore_term=True)
+    gate.hold(job, "bb")
+    flux.job.cancel(handle, job)
+    wait_event(handle, job, "exception")
+    # An acknowledged hold is checkpointed: so is the exception before it.
+    other = flux.job.submit(handle, JobspecV1.from_command(["true"]), urgency=0)
+    gate.hold(other, "x")
+    inst.kill()
+
+    inst.start()
+    (line,) = _wait_log(inst, f"hold bb of job {f58(job)} was lost")
+    assert ".err[" in line, line
+    assert query(inst)["counters"]["lost"] == 1

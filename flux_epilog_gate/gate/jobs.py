@@ -78,7 +78,12 @@ class Tracking:
 
     def on_inactive(self, jobid):
         """The job is inactive: whatever it still holds is gone."""
-        job = self.jobs.pop(jobid, None)
+        job = self.jobs.get(jobid)
+        if job is not None and job.recovering:
+            # Its holds are not known yet: end_recovery() finds the job
+            # inactive and reports what it lost.
+            return
+        self.jobs.pop(jobid, None)
         self.replayed_progress.pop(jobid, None)
         if job is None:
             return

@@ -33,11 +33,13 @@ from ..holds import (
     Reason,
 )
 from ..jobid import f58
+from .states import INACTIVE
 
 #: What the log line says happened to a lost hold.
 WHY = (
     "the job went inactive before epilog-gate could post its epilog-start "
-    "(the plugin was not loaded when the job ended)"
+    "(it ended while the plugin was not loaded, or was freed as the "
+    "instance restarted after a crash)"
 )
 
 
@@ -85,9 +87,9 @@ class Losses:
             if getattr(error, "errno", None) == errno.ENOENT:
                 self.gate.port.log(
                     syslog.LOG_WARNING,
-                    f"job {f58(jobid)} is named in the hold log but is gone "
-                    f"(purged): what became of its holds {', '.join(descriptions)} "
-                    "is not known",
+                    f"job {f58(jobid)} is named in the hold log but has no "
+                    "eventlog (purged, or not replayed after a crash): what "
+                    f"became of its holds {', '.join(descriptions)} is not known",
                 )
             else:
                 self.gate.port.log(
@@ -96,8 +98,13 @@ class Losses:
                     f"{', '.join(descriptions)} were not checked",
                 )
             return
-        names = {name for _, name, _ in events}
-        if "clean" not in names or jobid in self.gate.jobs:
+        # The job-manager's word, not the eventlog's: the clean it posts
+        # as it restarts may not be committed yet.
+        try:
+            state, _ = self.gate.port.job_info(jobid)
+        except OSError:
+            state = INACTIVE
+        if state != INACTIVE or jobid in self.gate.jobs:
             return
         started = {
             context.get("description")

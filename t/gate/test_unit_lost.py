@@ -86,6 +86,15 @@ def answer(port, events, error=None):
     return jobid
 
 
+def test_a_job_whose_clean_is_not_yet_in_its_eventlog_is_reported(port, gate):
+    """The job-manager says the job is inactive (it posted clean as it
+    restarted) before its eventlog shows it."""
+    unseen(port, gate, JOB, "bb")
+    port.add_job(JOB, INACTIVE, USER)
+    answer(port, [ev(1.0, "submit"), ev(2.0, "start"), ev(3.0, "exception")])
+    assert len(lost_lines(port)) == 1 and gate.stats["lost"] == 1
+
+
 def test_job_gone_inactive_before_the_load_loses_its_pending_holds(port, gate):
     unseen(port, gate, JOB, "bb", "timed")
     events = [
@@ -123,6 +132,7 @@ def test_jobs_seen_or_without_pending_epilog_holds_are_not_read(port, gate):
 
 def test_a_job_not_inactive_is_not_reported(port, gate):
     unseen(port, gate, JOB, "bb")
+    port.add_job(JOB, RUN, USER)
     answer(port, [ev(1.0, "submit"), ev(2.0, "start")])
     assert port.logs == [] and gate.stats["lost"] == 0
 
@@ -149,3 +159,13 @@ def test_a_job_the_gate_holds_again_is_not_reported(port, gate):
     gate.hold(JOB, "bb")
     answer(port, [ev(10.0, "clean")])
     assert lost_lines(port) == []
+
+
+def test_a_job_going_inactive_while_recovered_reports_its_lost_holds(port, gate):
+    port.add_job(JOB, CLEANUP, USER)
+    gate.begin_recovery(JOB, USER)
+    port.set_state(JOB, INACTIVE)
+    gate.on_inactive(JOB)
+    gate.end_recovery(JOB, [ev(1.0, HOLD_EVENT, description="bb")])
+    assert len(lost_lines(port)) == 1 and gate.jobs == {}
+    assert gate.release(JOB, "bb") == (False, Reason.LOST)
