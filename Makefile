@@ -15,7 +15,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN = $(VENV)/bin
 SOURCES = setup.py pyproject.toml $(wildcard flux_epilog_gate/*.py) \
-	$(wildcard flux_epilog_gate/gate/*.py) \
+	$(wildcard flux_epilog_gate/gate/*.py) $(wildcard flux_epilog_gate/dws/*.py) \
 	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/runtime.c \
 	flux_epilog_gate/fastpath.c
 
@@ -34,16 +34,18 @@ SYSTEM_INSTALL = PYTHON="$(PYTHON)" DESTDIR="$(DESTDIR)" PKGLIBDIR="$(PKGLIBDIR)
 	FLUX_CMDDIR="$(FLUX_CMDDIR)" DOC_PYTHON="$(DOC_PYTHON)" \
 	PIP_FLAGS="$(PIP_FLAGS)" tools/system-install
 
-.PHONY: prereq install demo check pytest sharness bench lint \
+.PHONY: prereq prereq-test prereq-bench install demo check pytest sharness bench lint \
 	install-system uninstall-system venv-matches
 
+# Each stops at once, naming what to install, if a prerequisite is missing.
 prereq:
-	@command -v flux >/dev/null 2>&1 || { \
-	  echo "error: flux-core is not installed ('flux' is not on PATH)." >&2; \
-	  echo "flux-core >= 0.88 is a prerequisite: see README.md." >&2; exit 1; }
-	@pkg-config --exists flux-core || { \
-	  echo "error: flux-core development files not found by pkg-config." >&2; \
-	  exit 1; }
+	@tools/check-prereqs build
+
+prereq-test:
+	@tools/check-prereqs build test
+
+prereq-bench:
+	@tools/check-prereqs build bench
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -67,13 +69,13 @@ install: prereq venv-matches $(VENV)/.installed
 demo: install
 	$(BIN)/python examples/demo.py
 
-pytest: install
+pytest: prereq-test install
 	$(BIN)/pytest t
 
-sharness: install
+sharness: prereq-test install
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
-check: install
+check: prereq-test install
 	$(BIN)/pytest t
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
@@ -83,7 +85,7 @@ install-system: prereq
 uninstall-system:
 	$(SYSTEM_INSTALL) uninstall
 
-bench: install
+bench: prereq-bench install
 	$(BIN)/python bench/run.py
 
 $(BIN)/ruff: | $(BIN)/python

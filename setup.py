@@ -50,9 +50,9 @@ BINDINGS = preflight()
 
 
 class BuildPlugin(Command):
-    """Compile epilog-gate.so into the build tree."""
+    """Compile epilog-gate.so and dws.so into the build tree."""
 
-    description = "compile the epilog-gate.so jobtap plugin"
+    description = "compile the epilog-gate.so and dws.so jobtap plugins"
     user_options = []
 
     def initialize_options(self):
@@ -64,6 +64,9 @@ class BuildPlugin(Command):
     def run(self):
         outdir = os.path.join(self.build_lib, "flux_epilog_gate", "jobtap")
         gate_build.compile_gate(outdir, BINDINGS)
+        gate_build.compile_dws(
+            os.path.join(self.build_lib, "flux_epilog_gate", "dws"), BINDINGS
+        )
         info = os.path.join(self.build_lib, "flux_epilog_gate", "_buildinfo.py")
         with open(info, "w") as f:
             f.write(

@@ -7,6 +7,7 @@ import flux
 import flux.job
 from common import DESCRIPTION
 from flux.constants import FLUX_RPC_STREAMING
+from flux.core.inner import raw
 
 
 def submit_waiting(handle, count, spec, window=256):
@@ -64,6 +65,7 @@ class Client:
         self.service = service
         self._watch_closing = False
         self._watch = self.h.rpc(f"{service}.watch", {}, flags=FLUX_RPC_STREAMING)
+        self._watch_read = 0
         self._watch.then(self._on_watch)
 
     def close_watch(self):
@@ -103,6 +105,17 @@ class Client:
             self.h.reactor_stop()
             return
         future.reset()
+        self._watch_read += 1
+        if self._watch_read % 32 == 0:
+            # The gate's flow control: it sends 256 unacknowledged at most.
+            self.h.rpc(
+                f"{self.service}.watch-ack",
+                {
+                    "matchtag": raw.flux_rpc_get_matchtag(future.pimpl.handle),
+                    "count": self._watch_read,
+                },
+                flags=flux.constants.FLUX_RPC_NORESPONSE,
+            )
         jobid = resp["id"]
         self.activated[jobid] = time.monotonic()
         if self.auto_release:

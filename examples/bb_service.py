@@ -106,6 +106,7 @@ class BurstBufferService:
         return 0
 
     def watch(self, *args):
+        self.read = 0
         self.gate.watch_async([DESCRIPTION, SETUP]).then(self.on_active)
 
     def on_active(self, future):
@@ -120,6 +121,9 @@ class BurstBufferService:
             self.retry.start()
             return
         future.reset()
+        # Say what was read: the gate sends only so much unacknowledged.
+        self.read += 1
+        self.gate.watch_ack(future, self.read)
         if hold["point"] == "prolog":
             self.on_setup(hold)
             return

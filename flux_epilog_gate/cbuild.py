@@ -91,5 +91,17 @@ def compile_gate(outdir, bindings=None, verbose=False):
     )
 
 
+#: The dws plugin (flux-coral2's rabbits): the runtime alone, no C of its own.
+DWS_NAME = "dws"
+DWS_TARGET = "flux_epilog_gate.dws.plugin:Dws"
+
+
+def compile_dws(outdir, bindings=None, verbose=False):
+    """Compile dws.so into ``outdir``; return its path."""
+    return runtime_build.compile_plugin(
+        outdir, DWS_NAME, DWS_TARGET, bindings, verbose=verbose
+    )
+
+
 if __name__ == "__main__":
     print(compile_gate(sys.argv[1] if len(sys.argv) > 1 else HERE, verbose=True))

@@ -32,7 +32,7 @@ from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_f
 from .client import EpilogGate
 from .config import Config, ConfigError, duration_problem, parse_duration
 from .holds import description_error
-from .paths import plugin_path
+from .paths import PLUGINS, plugin_path
 
 PROG = "flux-epilog-gate"
 LOGGER = logging.getLogger(PROG)
@@ -184,7 +184,7 @@ class HoldConfig(UtilConfig):
 
 
 def cmd_path(args):
-    print(plugin_path())
+    print(plugin_path(args.plugin))
 
 
 def cmd_load(args):
@@ -373,7 +373,14 @@ def parser():
         p.set_defaults(func=func, parser=p)
         return p
 
-    command("path", cmd_path, "print the path of the installed plugin")
+    p = command("path", cmd_path, "print the path of an installed plugin")
+    p.add_argument(
+        "plugin",
+        nargs="?",
+        default="epilog-gate",
+        choices=sorted(PLUGINS),
+        help="the gate (epilog-gate, the default) or dws",
+    )
 
     p = command(
         "load",

@@ -24,10 +24,15 @@ import errno
 import time
 
 import flux
+from flux.core.inner import raw
 from flux.job import JobID
 from flux.util import parse_fsd
 
 SERVICE = "job-manager.epilog-gate"
+
+#: :meth:`EpilogGate.watch` acknowledges what it has read at least this
+#: often, and before it waits for more.
+ACK_EVERY = 32
 
 
 def _jobid(jobid):
@@ -127,6 +132,22 @@ class EpilogGate:
             payload["points"] = list(points)
         return self._rpc("watch", payload, flags=flux.constants.FLUX_RPC_STREAMING)
 
+    def watch_ack(self, future, count):
+        """Tell the plugin that ``count`` activations (in all) of the watch
+        stream ``future`` (from :meth:`watch_async`) have been read; no
+        answer is awaited.  A stream whose client is behind by more than
+        the plugin's ``watch-backlog`` is ended with ENOBUFS, and no more
+        than 256 activations are sent unacknowledged: a reader of
+        :meth:`watch_async` must acknowledge (:meth:`watch` does)."""
+        self._rpc(
+            "watch-ack",
+            {
+                "matchtag": raw.flux_rpc_get_matchtag(future.pimpl.handle),
+                "count": count,
+            },
+            flags=flux.constants.FLUX_RPC_NORESPONSE,
+        )
+
     def watch(self, descriptions=None, reconnect=60.0, points=None):
         """Yield ``{id, description, userid, ran, point}`` for every hold
         that is active now, then for each hold as it becomes active.
@@ -140,10 +161,18 @@ class EpilogGate:
         When the plugin is reloaded or the job-manager restarts, the stream
         is ended and this watches again, waiting up to ``reconnect``
         seconds for the plugin to be back; holds still active are then
-        sent again (releasing twice is harmless)."""
+        sent again (releasing twice is harmless).
+
+        What has been read is acknowledged to the plugin (``watch-ack``)
+        as the loop asks for more.  A loop body so slow that more than
+        the plugin's ``watch-backlog`` activations pile up ends the watch
+        with OSError(ENOBUFS): watch again (holds still active come
+        again)."""
         future = self.watch_async(descriptions, points)
+        acks = _Acks(self, future)
         deadline = None  # while watching again after the stream ended
         while True:
+            acks.before_get()
             try:
                 hold = future.get()
             except OSError as exc:
@@ -154,9 +183,11 @@ class EpilogGate:
                 else:
                     time.sleep(0.5)
                 future = self.watch_async(descriptions, points)
+                acks = _Acks(self, future)
                 continue
             deadline = None
             future.reset()
+            acks.read += 1
             yield hold
 
     @staticmethod
@@ -169,3 +200,22 @@ class EpilogGate:
             and deadline is not None
             and time.monotonic() < deadline
         )
+
+
+class _Acks:
+    """Acknowledges the activations read on one watch stream: every
+    :data:`ACK_EVERY`, and before waiting for the next, so a reader never
+    waits with reads unacknowledged (the plugin would hold activations
+    back)."""
+
+    def __init__(self, gate, future):
+        self.gate = gate
+        self.future = future
+        self.read = 0
+        self.acked = 0
+
+    def before_get(self):
+        unacked = self.read - self.acked
+        if unacked and (unacked >= ACK_EVERY or not self.future.is_ready()):
+            self.gate.watch_ack(self.future, self.read)
+            self.acked = self.read

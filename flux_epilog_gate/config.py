@@ -19,6 +19,8 @@ KEYS = (
     "rules",
     "shutdown-timeout",
     "shutdown-action",
+    "watch-backlog",
+    "max-pending",
     "debug-fault",
 )
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
@@ -42,6 +44,21 @@ SHUTDOWN_TIMEOUT = 30.0
 #: What becomes of the holds shutdown still waits on at shutdown-timeout
 #: (see :mod:`flux_epilog_gate.shutdown`).
 SHUTDOWN_ACTIONS = ("auto", "keep", "finish")
+
+#: Activations a watch stream may be behind (sent and not acknowledged,
+#: or waiting in the gate) before it is ended: a burst of activations
+#: larger than this ends even a client that reads (see
+#: :mod:`flux_epilog_gate.gate.watchers`).
+WATCH_BACKLOG = 10000
+
+#: Requests (hold, release) that may wait for their hold log commit at
+#: once; past it a request is refused with EAGAIN.  Commits normally keep
+#: this to the requests of one KVS round trip; the bound matters when the
+#: KVS stalls.
+MAX_PENDING = 10000
+
+#: Upper limit of both bounds.
+MAX_BOUND = 10_000_000
 
 
 class ConfigError(ValueError):
@@ -228,6 +245,8 @@ class Config:
         fault=None,
         shutdown_timeout=SHUTDOWN_TIMEOUT,
         shutdown_action="auto",
+        watch_backlog=WATCH_BACKLOG,
+        max_pending=MAX_PENDING,
     ):
         self.timeout = timeout
         self.max_holds = max_holds
@@ -237,6 +256,8 @@ class Config:
         self.fault = fault
         self.shutdown_timeout = shutdown_timeout
         self.shutdown_action = shutdown_action
+        self.watch_backlog = watch_backlog
+        self.max_pending = max_pending
 
     @classmethod
     def from_sources(cls, options=None, table=None):
@@ -277,6 +298,14 @@ class Config:
             config.shutdown_action = _parse_choice(
                 merged["shutdown-action"], "shutdown-action", SHUTDOWN_ACTIONS
             )
+        if "watch-backlog" in merged:
+            config.watch_backlog = _parse_count(
+                merged["watch-backlog"], "watch-backlog", 1, MAX_BOUND
+            )
+        if "max-pending" in merged:
+            config.max_pending = _parse_count(
+                merged["max-pending"], "max-pending", 1, MAX_BOUND
+            )
         if "debug-fault" in merged:
             if merged["debug-fault"] not in FAULTS:
                 raise ConfigError(
@@ -295,6 +324,8 @@ class Config:
             "rules": [rule.to_dict() for rule in self.rules],
             "shutdown-timeout": self.shutdown_timeout,
             "shutdown-action": self.shutdown_action,
+            "watch-backlog": self.watch_backlog,
+            "max-pending": self.max_pending,
         }
         if self.fault:
             conf["debug-fault"] = self.fault

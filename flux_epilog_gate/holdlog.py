@@ -209,6 +209,10 @@ class HoldLog:
         self.recent.append((now, line))
         self._record(line, callback)
 
+    def waiting(self):
+        """How many callbacks wait for a commit (queued or in flight)."""
+        return len(self.waiters) + len(self.inflight or ())
+
     def barrier(self, callback):
         """Call ``callback`` once every record made so far is durable."""
         if self.lines:

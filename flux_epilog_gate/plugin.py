@@ -273,9 +273,11 @@ class EpilogGatePlugin(Plugin):
             "config": gate.config.to_dict(),
             "counters": dict(
                 gate.stats,
+                **gate.refused,
                 holds=sum(len(job.holds) for job in gate.jobs.values()),
                 jobs=len(gate.jobs),
                 watchers=len(gate.watchers),
+                pending=gate.holdlog.waiting(),
                 gone=len(gate.gone),
                 log_commits=gate.holdlog.commits,
             ),
@@ -327,6 +329,24 @@ class EpilogGatePlugin(Plugin):
             userid=None if request.owner else request.userid,
             points=points,
         )
+
+    @request("watch-ack", guests=True)
+    @_answers_refusals
+    def watch_ack_request(self, request):
+        """A watcher read ``count`` activations of its stream (named by the
+        matchtag of its watch request, from the same connection)."""
+        matchtag, count = protocol.parse_watch_ack(request.payload)
+        msg = request.msg
+
+        def match(sink):
+            return (
+                self.jobtap.disconnect_match(msg, sink)
+                and self.jobtap.matchtag(sink) == matchtag
+            )
+
+        self.gate.acknowledge(match, count)
+        # Sent with FLUX_RPC_NORESPONSE by the client: then nothing goes.
+        self.jobtap.send(msg, {})
 
     # Decoded in C (fastpath.c): the owner's well-formed hold and release.
 

@@ -117,6 +117,10 @@ class GatePort(Jobtap):
             == 0
         )
 
+    def end_watch(self, msg, errnum, text):
+        """End a ``watch`` stream with an error."""
+        self.respond_error(msg, errnum, text)
+
     def send_hold(self, msg, hold):
         """Answer a ``hold`` request with ``hold``."""
         self.lib.gate_respond_hold(

@@ -125,3 +125,17 @@ def parse_watch(payload):
     if not isinstance(descriptions, list):
         raise GateError(errno.EPROTO, "watch: descriptions must be a list")
     return frozenset(_description(d, "watch") for d in descriptions) or None
+
+
+def parse_watch_ack(payload):
+    """Return ``(matchtag, count)`` of a ``watch-ack``: the stream (the
+    matchtag of the client's watch request) and how many of its
+    activations the client has read."""
+    _object(payload, "watch-ack", ("matchtag", "count"))
+    matchtag = _integer(payload["matchtag"], "watch-ack", "matchtag")
+    count = _integer(payload["count"], "watch-ack", "count")
+    if not 0 <= matchtag < 2**32:
+        raise GateError(errno.EINVAL, f"watch-ack: matchtag {matchtag} is out of range")
+    if count < 0:
+        raise GateError(errno.EINVAL, f"watch-ack: count {count} is negative")
+    return matchtag, count

@@ -88,6 +88,7 @@ class FakePort:
         self.timers = []
         self.sent = defaultdict(list)
         self.dead = set()
+        self.ended = {}
         self.logs = []
         self.failures = {}
         self.kvs = {}
@@ -285,6 +286,9 @@ class FakePort:
             return False
         self.sent[sink].append(payload)
         return True
+
+    def end_watch(self, sink, errnum, text):
+        self.ended[sink] = (errnum, text)
 
     def log(self, level, text):
         self.logs.append((level, text))

@@ -92,6 +92,8 @@ def test_no_configuration_gives_the_defaults():
         "rules": [],
         "shutdown-timeout": 30.0,
         "shutdown-action": "auto",
+        "watch-backlog": 10000,
+        "max-pending": 10000,
     }
 
 

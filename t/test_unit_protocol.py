@@ -18,6 +18,7 @@ from flux_epilog_gate.protocol import (
     parse_list,
     parse_release,
     parse_watch,
+    parse_watch_ack,
 )
 
 VALID_DESCRIPTION = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -325,3 +326,41 @@ def test_hold_says_what_is_wrong_with_a_timeout(timeout, problem):
     with pytest.raises(GateError) as exc:
         parse_hold({"id": 1, "description": "bb", "timeout": timeout})
     assert exc.value.errnum == errno.EINVAL and problem in exc.value.message
+
+
+# watch-ack
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(
+    st.one_of(
+        _JSON,
+        st.fixed_dictionaries(
+            {"matchtag": _JSON | st.integers(), "count": _JSON | st.integers()}
+        ),
+    )
+)
+def test_watch_ack_accepts_exactly_a_matchtag_and_a_count_in_range(payload):
+    valid = (
+        isinstance(payload, dict)
+        and set(payload) == {"matchtag", "count"}
+        and all(type(payload[k]) is int for k in ("matchtag", "count"))  # noqa: E721
+    )
+    try:
+        matchtag, count = parse_watch_ack(payload)
+    except GateError as exc:
+        if valid:
+            assert exc.errnum == errno.EINVAL
+            assert not (0 <= payload["matchtag"] < 2**32 and payload["count"] >= 0)
+        else:
+            assert exc.errnum == errno.EPROTO
+        assert exc.message.startswith("watch-ack: ")
+        return
+    assert valid and (matchtag, count) == (payload["matchtag"], payload["count"])
+    assert 0 <= matchtag < 2**32 and count >= 0

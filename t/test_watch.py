@@ -87,13 +87,18 @@ def test_disconnected_watcher_is_dropped(instance):
     before = watchers(instance)
     code = (
         "import flux; from flux_epilog_gate import EpilogGate;"
-        "f = EpilogGate(flux.Flux()).watch_async(); import time; time.sleep(1)"
+        "f = EpilogGate(flux.Flux()).watch_async(); import sys; sys.stdin.read()"
     )
-    proc = subprocess.Popen([sys.executable, "-c", code], env=instance.env)
+    # The watcher lives until its stdin closes, not for a fixed time: a
+    # loaded machine must not let it go before it was seen.
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], env=instance.env, stdin=subprocess.PIPE
+    )
     deadline = time.time() + 10
     while watchers(instance) == before and time.time() < deadline:
         time.sleep(0.1)
     assert watchers(instance) == before + 1
+    proc.stdin.close()
     proc.wait(timeout=20)
     deadline = time.time() + 10
     while watchers(instance) != before and time.time() < deadline:

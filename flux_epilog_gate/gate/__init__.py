@@ -40,6 +40,8 @@ through a *port*, an object with these methods (the real one is
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran, point[,
     aborted]}``) to a watcher; returns False if the watcher is gone
+``end_watch(sink, errnum, text)``
+    end a watcher's stream with an error
 ``read_eventlog(id, callback)``
     read a job's eventlog without blocking; later call
     ``callback(events, error)`` with a list of ``(timestamp, name,
@@ -132,6 +134,9 @@ class Gate(
         # What the instance's shutdown does (flux_epilog_gate.shutdown).
         self.shutdown = None
         self.stats = Counters()
+        #: Clients a bound refused: watch streams ended for falling
+        #: behind (watch-backlog), requests refused at max-pending.
+        self.refused = {"behind": 0, "busy": 0}
         self.losses = Losses(self)
 
     def attach(self, port):

@@ -26,6 +26,7 @@ class Requests:
         the record cannot be committed, a hold this call created is
         withdrawn before ``done`` is told the error.
         """
+        self._check_room("hold", done)
         job = self.jobs.get(jobid)
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)
@@ -53,6 +54,21 @@ class Requests:
             hold, None if done is None else lambda error: self._held(hold, error, done)
         )
         return hold, True
+
+    def _check_room(self, method, done):
+        """Refuse a request (one with ``done``, to be answered once
+        durable) while ``max-pending`` requests wait for the hold log:
+        each holds its message in the broker until then."""
+        if done is None:
+            return
+        bound = self.config.max_pending
+        if self.holdlog.waiting() >= bound:
+            self.refused["busy"] += 1
+            raise GateError(
+                errno.EAGAIN,
+                f"{method}: {bound} requests are already waiting for the hold "
+                f"log to be committed (max-pending={bound}): try again later",
+            )
 
     def _check_hold(self, job, jobid, description, point):
         """Raise GateError if a new hold cannot be registered; else return
@@ -117,6 +133,7 @@ class Requests:
         error)`` is called once its record (if it needs one) and every
         record before it are durable.
         """
+        self._check_room("release", done)
         job = self.jobs.get(jobid)
         hold = job.holds.get(description) if job else None
         if hold is None:

@@ -1,18 +1,73 @@
-"""Watchers: clients streaming the activations of holds."""
+"""Watchers: clients streaming the activations of holds, with flow control.
 
+A jobtap plugin cannot see how much of a response stream its client has
+read: responses the client does not read wait in the broker, and without
+a bound a stopped watcher makes the broker grow for as long as holds
+become active.  So the client says what it has read: a ``watch-ack``
+request carries the number of activations read on the stream so far.
+
+A stream has at most :data:`WINDOW` activations sent and not
+acknowledged; behind those, activations wait in the gate, as references
+to payloads made once for every watcher.  A stream whose client is behind
+by more than ``watch-backlog`` activations that came after it started (in
+flight or waiting) is ended with ENOBUFS and forgotten.  The holds already
+active when a stream starts do not count: they are sent as
+acknowledgements make room (a hold released meanwhile is skipped), so a
+watcher can always start, however many holds are active.  Nothing is lost
+by an ended stream: watching again sends every hold still active.
+
+So a client that stops reading costs the broker at most :data:`WINDOW`
+responses queued to it, and the gate at most ``watch-backlog``
+references, until it is ended.
+"""
+
+import errno
+import syslog
+from collections import deque
+
+from ..errors import GateError
 from ..holds import ACTIVE
+
+#: Activations a stream may have sent and not acknowledged: what waits in
+#: the broker for a client that does not read.  The client acknowledges
+#: far more often (see client.py).
+WINDOW = 256
 
 
 class Watcher:
-    """A client streaming hold activations."""
+    """A client streaming hold activations, and its flow control.
 
-    __slots__ = ("sink", "descriptions", "userid", "points")
+    ``sent`` counts the activations sent on the stream, ``acked`` those
+    the client said it read; ``queue`` holds what waits for room: holds
+    active when the stream started (their payload is made when sent) and
+    then payloads of later activations.
+    """
+
+    __slots__ = (
+        "sink",
+        "descriptions",
+        "userid",
+        "points",
+        "sent",
+        "acked",
+        "queue",
+        "initial",
+        "unsent",
+    )
 
     def __init__(self, sink, descriptions=None, userid=None, points=None):
         self.sink = sink
         self.descriptions = frozenset(descriptions) if descriptions else None
         self.userid = userid
         self.points = frozenset(points) if points else None
+        self.sent = 0
+        self.acked = 0
+        self.queue = deque()
+        # How many entries at the head of the queue are holds active when
+        # the stream started, and (by id) those holds: news of one of them
+        # before its turn (a prolog hold aborted) goes with it, not twice.
+        self.initial = 0
+        self.unsent = set()
 
     def wants(self, hold):
         return (
@@ -20,6 +75,20 @@ class Watcher:
             and (self.userid is None or self.userid == hold.userid)
             and (self.points is None or hold.point in self.points)
         )
+
+    @property
+    def unacknowledged(self):
+        return self.sent - self.acked
+
+    @property
+    def behind(self):
+        """Activations since the stream started not acknowledged yet: in
+        flight or waiting (those of the first holds are all sent before
+        any later one)."""
+        return self.unacknowledged + len(self.queue) - self.initial
+
+    def window(self, backlog):
+        return min(WINDOW, backlog)
 
 
 class Watching:
@@ -32,15 +101,34 @@ class Watching:
         for job in self.jobs.values():
             for hold in job.holds.values():
                 if hold.state == ACTIVE and watcher.wants(hold):
-                    if not self.port.send_activation(sink, self._activation(hold)):
-                        return
+                    watcher.queue.append(hold)
+        watcher.initial = len(watcher.queue)
+        watcher.unsent = {id(hold) for hold in watcher.queue}
         self.watchers.append(watcher)
+        self._drain(watcher)
 
     def unwatch(self, match):
         """Drop watchers whose sink satisfies ``match(sink)``; return count."""
         before = len(self.watchers)
         self.watchers = [w for w in self.watchers if not match(w.sink)]
         return before - len(self.watchers)
+
+    def acknowledge(self, match, count):
+        """The client of the stream whose sink satisfies ``match(sink)``
+        has read ``count`` activations of it: send what waited for room.
+        Raise GateError if there is no such stream, or if ``count`` is
+        more than was sent."""
+        watcher = next((w for w in self.watchers if match(w.sink)), None)
+        if watcher is None:
+            raise GateError(errno.ENOENT, "watch-ack: no such watch stream")
+        if count > watcher.sent:
+            raise GateError(
+                errno.EINVAL,
+                f"watch-ack: count {count} is more than the {watcher.sent} "
+                "activations sent",
+            )
+        watcher.acked = max(watcher.acked, count)
+        self._drain(watcher)
 
     def _activation(self, hold):
         job = self.jobs.get(hold.id)
@@ -60,7 +148,61 @@ class Watching:
             return
         payload = self._activation(hold)
         for watcher in list(self.watchers):
-            if watcher.wants(hold) and not self.port.send_activation(
-                watcher.sink, payload
-            ):
-                self.watchers.remove(watcher)
+            if watcher.wants(hold) and id(hold) not in watcher.unsent:
+                self._offer(watcher, payload)
+
+    def _offer(self, watcher, payload):
+        """Send ``payload`` to ``watcher``, or queue it behind what waits."""
+        backlog = self.config.watch_backlog
+        if watcher.queue or watcher.unacknowledged >= watcher.window(backlog):
+            watcher.queue.append(payload)
+            if watcher.behind > backlog:
+                self._end_behind(watcher)
+            return
+        self._send(watcher, payload)
+
+    def _drain(self, watcher):
+        """Send what waits while the stream has room."""
+        queue = watcher.queue
+        window = watcher.window(self.config.watch_backlog)
+        while queue and watcher.unacknowledged < window:
+            item = queue.popleft()
+            if watcher.initial:
+                watcher.initial -= 1
+                watcher.unsent.discard(id(item))
+                # Released since the stream started: nothing to do for it.
+                if item.state != ACTIVE:
+                    continue
+                item = self._activation(item)
+            if not self._send(watcher, item):
+                return
+
+    def _send(self, watcher, payload):
+        if self.port.send_activation(watcher.sink, payload):
+            watcher.sent += 1
+            return True
+        self._drop(watcher)
+        return False
+
+    def _end_behind(self, watcher):
+        """End the stream of a client that does not read (its memory goes
+        with it)."""
+        bound = self.config.watch_backlog
+        self.port.end_watch(
+            watcher.sink,
+            errno.ENOBUFS,
+            f"watch: more than {bound} activations not acknowledged "
+            f"(watch-backlog={bound}): the watcher fell behind; watch again",
+        )
+        self.port.log(
+            syslog.LOG_WARNING,
+            f"ended a watch stream that fell behind (watch-backlog={bound})",
+        )
+        self.refused["behind"] += 1
+        self._drop(watcher)
+
+    def _drop(self, watcher):
+        watcher.queue.clear()
+        watcher.unsent.clear()
+        if watcher in self.watchers:
+            self.watchers.remove(watcher)

@@ -61,6 +61,9 @@ void runtime_request_cb (flux_t *h, flux_msg_handler_t *mh,
                          const flux_msg_t *msg, void *arg);
 int runtime_seen_jobmanager (flux_plugin_t *p);
 int runtime_add_topic (flux_plugin_t *p, const char *name, int mode);
+int runtime_topic_require (flux_plugin_t *p, int topic, const char *path);
+int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,
+                            const char *update);
 int runtime_forward (flux_plugin_t *p, int topic, int on);
 int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events);
 void runtime_unmark (flux_plugin_t *p, flux_jobid_t id);
@@ -80,11 +83,20 @@ void runtime_log (flux_plugin_t *p, int level, const char *text);
 const flux_msg_t *flux_msg_incref (const flux_msg_t *msg);
 void flux_msg_decref (const flux_msg_t *msg);
 bool flux_msg_is_streaming (const flux_msg_t *msg);
+int flux_msg_get_matchtag (const flux_msg_t *msg, uint32_t *matchtag);
 bool flux_disconnect_match (const flux_msg_t *msg1, const flux_msg_t *msg2);
 int flux_respond (flux_t *h, const flux_msg_t *request, const char *s);
 int flux_respond_error (flux_t *h, const flux_msg_t *request, int errnum,
                         const char *errstr);
 flux_t *flux_jobtap_get_flux (flux_plugin_t *p);
+flux_plugin_arg_t *flux_jobtap_job_lookup (flux_plugin_t *p, flux_jobid_t id);
+void flux_plugin_arg_destroy (flux_plugin_arg_t *args);
+int flux_jobtap_job_subscribe (flux_plugin_t *p, flux_jobid_t id);
+void flux_jobtap_job_unsubscribe (flux_plugin_t *p, flux_jobid_t id);
+int flux_jobtap_dependency_add (flux_plugin_t *p, flux_jobid_t id,
+                                const char *description);
+int flux_jobtap_dependency_remove (flux_plugin_t *p, flux_jobid_t id,
+                                   const char *description);
 int flux_jobtap_job_event_posted (flux_plugin_t *p, flux_jobid_t id,
                                   const char *name);
 int flux_jobtap_prolog_start (flux_plugin_t *p, const char *description);

@@ -56,6 +56,7 @@ class Jobtap:
         self._lookups = set()
         self._commits = set()
         self._streams = set()
+        self._rpcs = set()
 
     def address(self, cdata):
         return int(self.ffi.cast("uintptr_t", cdata))
@@ -103,6 +104,7 @@ class Jobtap:
         self.p = None
         self._lookups.clear()
         self._streams.clear()
+        self._rpcs.clear()
         # Commits already sent are carried out by the KVS all the same.
         self._commits.clear()
         self.flux.handle = None
@@ -125,6 +127,45 @@ class Jobtap:
         userid = self.ffi.new("uint32_t *")
         self.check(self.lib.runtime_job_lookup(self.p, jobid, state, userid))
         return state[0], userid[0]
+
+    def lookup_job(self, jobid):
+        """The arguments of any active job (or one in the job-manager's
+        inactive cache) as a dict: ``id``, ``state``, ``userid``,
+        ``jobspec``, ``R``... OSError(ENOENT) if there is none."""
+        args = self.lib.flux_jobtap_job_lookup(self.p, jobid)
+        if args == self.ffi.NULL:
+            raise self.oserror()
+        try:
+            return self.arg_in(args)
+        finally:
+            self.lib.flux_plugin_arg_destroy(args)
+
+    def jobspec_update(self, jobid, update):
+        """Update the jobspec of job ``jobid``, which must not be the job of
+        the current callback nor in RUN or later: ``update`` maps
+        period-delimited keys (``"attributes.system.duration"``) to their
+        new values.  A ``jobspec-update`` event records it."""
+        text = json.dumps(update).encode()
+        self.check(self.lib.runtime_jobspec_update(self.p, jobid, text))
+
+    def dependency_add(self, jobid, description):
+        """Keep the job in DEPEND until :meth:`dependency_remove` of the
+        same description (only in its job.state.depend callback)."""
+        self.check(
+            self.lib.flux_jobtap_dependency_add(self.p, jobid, description.encode())
+        )
+
+    def dependency_remove(self, jobid, description):
+        """Remove the job's dependency ``description``; the job leaves
+        DEPEND when it has none left."""
+        self.check(
+            self.lib.flux_jobtap_dependency_remove(self.p, jobid, description.encode())
+        )
+
+    def subscribe(self, jobid):
+        """Send the job's job.event.* calls (and its other calls of the
+        plugin's topics) to Python: :meth:`mark` with events."""
+        self.mark(jobid, events=True)
 
     def posted(self, jobid, name):
         """True if event ``name`` was posted to the job since the
@@ -329,6 +370,27 @@ class Jobtap:
         """
         os.kill(os.getpid(), signal.SIGTERM)
 
+    # Requests to other services
+
+    def rpc(self, topic, payload=None, callback=None):
+        """Send request ``topic`` with ``payload`` (a dict) to any rank and
+        return its flux Future.  With ``callback``, later call
+        ``callback(future)`` when it is answered (``future.get()`` gives
+        the answer or raises OSError), contained like every handler: an
+        exception in it is logged, never raised.  Without, the answer is
+        not waited for (dropping the future drops it)."""
+        future = self.flux.rpc(topic, payload)
+        if callback is None:
+            return future
+        self._rpcs.add(future)
+
+        def done(future):
+            self._rpcs.discard(future)
+            callback(future)
+
+        future.then(self.contained(f"answer to {topic}", done))
+        return future
+
     # Services
 
     def register(self, method, index, guests=False, handler=None):
@@ -344,7 +406,10 @@ class Jobtap:
         )
 
     def send(self, msg, payload):
-        """Respond to request ``msg``; False if that failed."""
+        """Respond to request ``msg`` with ``payload`` (a dict, or None for
+        an empty answer); False if that failed."""
+        if payload is None:
+            return self.lib.flux_respond(self.h, msg, self.ffi.NULL) == 0
         text = json.dumps(payload, separators=(",", ":")).encode()
         return self.lib.flux_respond(self.h, msg, text) == 0
 
@@ -360,6 +425,13 @@ class Jobtap:
 
     def is_streaming(self, msg):
         return bool(self.lib.flux_msg_is_streaming(msg))
+
+    def matchtag(self, msg):
+        """The matchtag of request ``msg``: with its sender, it names the
+        client's RPC."""
+        tag = self.ffi.new("uint32_t *")
+        self.check(self.lib.flux_msg_get_matchtag(msg, tag))
+        return tag[0]
 
     def disconnect_match(self, msg, other):
         """True if request ``other`` came from the client that sent
@@ -381,6 +453,10 @@ class Jobtap:
         """The options of the load (``flux jobtap load NAME k=v``)."""
         conf = self.lib.flux_plugin_get_conf(self.p)
         return json.loads(self.ffi.string(conf)) if conf != self.ffi.NULL else {}
+
+    def load_options_given(self):
+        """False if the load gave no options at all."""
+        return self.lib.flux_plugin_get_conf(self.p) != self.ffi.NULL
 
     def arg_in(self, args):
         """The IN arguments of a jobtap callback, decoded."""

@@ -58,7 +58,7 @@ class RequestError(Exception):
         self.message = message
 
 
-def job_topic(topic, every_job=False, wanted=False):
+def job_topic(topic, every_job=False, wanted=False, requires=None):
     """Declare a handler ``method(self, job)`` of job topic ``topic``
     (``job.new``, ``job.state.STATE`` or ``job.event.NAME``).
 
@@ -67,7 +67,9 @@ def job_topic(topic, every_job=False, wanted=False):
     switched on with :meth:`Jobtap.forward` (``job.new``: only this way).
     ``wanted``: a marked job's, once it asked with :meth:`Jobtap.want`.
     A ``job.event.*`` call comes only for marked jobs subscribed with
-    ``mark(id, events=True)``.
+    ``mark(id, events=True)``.  ``requires``: a jobspec key path
+    (``"attributes.system.dw"``): only jobs whose jobspec has it reach the
+    handler; the test is made in C, so other jobs never enter Python.
     """
     if topic != "job.new" and not topic.startswith(_JOB_PREFIXES):
         raise ValueError(f"{topic}: not job.new, job.state.* or job.event.*")
@@ -75,8 +77,12 @@ def job_topic(topic, every_job=False, wanted=False):
         raise ValueError(f"{topic}: every_job and wanted exclude each other")
     if topic == "job.new" and not every_job:
         raise ValueError("job.new: a new job is never marked: say every_job=True")
+    if requires is not None and (
+        not isinstance(requires, str) or not requires or len(requires) >= 128
+    ):
+        raise ValueError(f"{topic}: requires: {requires!r}: not a jobspec key path")
     mode = EVERY_JOB if every_job else WANTED if wanted else MARKED
-    return _declare("_jobtap_job", (topic, mode))
+    return _declare("_jobtap_job", (topic, mode, requires))
 
 
 def plugin_topic(topic):
@@ -127,6 +133,11 @@ class Job:
         if self._input is None:
             self._input = self._jobtap.arg_in(self._args)
         return self._input
+
+    @property
+    def jobspec(self):
+        """The job's jobspec (a dict), from the callback's arguments."""
+        return self.input["jobspec"]
 
 
 class Args:
@@ -243,8 +254,8 @@ class _Runtime:
             EVERY_JOB: lib.RUNTIME_TOPIC_ALL,
             WANTED: lib.RUNTIME_TOPIC_WANTED,
         }
-        self.topic_modes = [(t, modes[m]) for t, m, _ in cls._job_topics]
-        self.topics = {t: i for i, (t, _, _) in enumerate(cls._job_topics)}
+        self.topic_modes = [(t, modes[m], r) for t, m, r, _ in cls._job_topics]
+        self.topics = {t: i for i, (t, _, _, _) in enumerate(cls._job_topics)}
         self.plugin_topics = {
             lib.RUNTIME_PLUGIN_CONF: cls._plugin_topics.get("conf.update"),
             lib.RUNTIME_PLUGIN_QUERY: cls._plugin_topics.get("plugin.query"),
@@ -260,8 +271,13 @@ class _Runtime:
         try:
             jobtap = self.cls.port(p, self.ffi, self.lib, self.topics)
             jobtap.plugin_name = self.name
-            for topic, mode in self.topic_modes:
-                jobtap.check(self.lib.runtime_add_topic(p, topic.encode(), mode))
+            for topic, mode, requires in self.topic_modes:
+                index = self.lib.runtime_add_topic(p, topic.encode(), mode)
+                jobtap.check(index)
+                if requires is not None:
+                    jobtap.check(
+                        self.lib.runtime_topic_require(p, index, requires.encode())
+                    )
             plugin = self.cls(jobtap)
         except Exception:
             self.log(p, f"init: {_last_lines()}")
@@ -315,7 +331,7 @@ class _Runtime:
 
     def job(self, handle, index, jobid, state, userid, args):
         plugin = self.ffi.from_handle(handle)
-        topic, _, name = plugin._job_topics[index]
+        topic, _, _, name = plugin._job_topics[index]
         try:
             getattr(plugin, name)(Job(plugin.jobtap, topic, jobid, state, userid, args))
         except Exception:

@@ -52,6 +52,7 @@ struct runtime_topic {
     char name[64];
     int mode;
     int on;             /* RUNTIME_TOPIC_ALL: forwarding is switched on */
+    char require[128];  /* if set, a jobspec key path the job must have */
 };
 
 /* One registered RPC method: the argument of its message handler. */
@@ -84,6 +85,7 @@ struct runtime_ctx {
 struct runtime_mark {
     struct runtime_ctx *ctx;
     int marked;
+    int subscribed;     /* the job-manager counts each subscription */
     unsigned int wants;
 };
 
@@ -305,6 +307,26 @@ static int runtime_wanted (flux_plugin_t *p,
     return t->mode == RUNTIME_TOPIC_MARKED || (mark->wants & (1u << i));
 }
 
+/* Does the job of 'args' have jobspec key 'path' (dot-separated)?  A
+ * plugin that cares only for some jobs (say, those asking for a burst
+ * buffer) names the key, and the others never enter Python.
+ */
+static int runtime_has_key (flux_plugin_arg_t *args, const char *path)
+{
+    json_t *o = NULL;
+    char key[sizeof (((struct runtime_topic *)0)->require)];
+    char *saveptr = NULL;
+
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:o}",
+                                "jobspec", &o) < 0)
+        return 0;
+    snprintf (key, sizeof (key), "%s", path);
+    for (char *k = strtok_r (key, ".", &saveptr); k && o;
+         k = strtok_r (NULL, ".", &saveptr))
+        o = json_is_object (o) ? json_object_get (o, k) : NULL;
+    return o != NULL;
+}
+
 static void runtime_unmark_current (flux_plugin_t *p, struct runtime_ctx *ctx,
                                     struct runtime_mark *mark)
 {
@@ -335,6 +357,9 @@ static int runtime_job_cb (flux_plugin_t *p,
     if (ctx->marked == 0 && ctx->job_handler)
         (void)runtime_sync_handlers (ctx);
     if (i < 0 || !runtime_wanted (p, &ctx->topics[i], i, &mark))
+        return 0;
+    if (ctx->topics[i].require[0]
+        && !runtime_has_key (args, ctx->topics[i].require))
         return 0;
     if (flux_plugin_arg_unpack (args,
                                 FLUX_PLUGIN_ARG_IN,
@@ -512,7 +537,25 @@ int runtime_add_topic (flux_plugin_t *p, const char *name, int mode)
               "%s", name);
     ctx->topics[ctx->ntopics].mode = mode;
     ctx->topics[ctx->ntopics].on = 0;
+    ctx->topics[ctx->ntopics].require[0] = '\0';
     return ctx->ntopics++;
+}
+
+/* Forward topic 'i' only for jobs whose jobspec has key 'path'. */
+int runtime_topic_require (flux_plugin_t *p, int i, const char *path)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+
+    if (!ctx)
+        return -1;
+    if (i < 0 || i >= ctx->ntopics
+        || strlen (path) >= sizeof (ctx->topics[0].require)) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf (ctx->topics[i].require, sizeof (ctx->topics[0].require),
+              "%s", path);
+    return 0;
 }
 
 /* Switch forwarding of RUNTIME_TOPIC_ALL topic 'i' to every job on or off.
@@ -591,8 +634,12 @@ int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events)
         if (runtime_sync_handlers (mark->ctx) < 0)
             return -1;
     }
-    if (events && flux_jobtap_job_subscribe (p, id) < 0)
-        return -1;
+    /* A second subscription would call each job.event.* twice. */
+    if (events && !mark->subscribed) {
+        if (flux_jobtap_job_subscribe (p, id) < 0)
+            return -1;
+        mark->subscribed = 1;
+    }
     return 0;
 }
 
@@ -602,6 +649,8 @@ void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
     struct runtime_ctx *ctx = runtime_ctx_get (p);
 
     flux_jobtap_job_unsubscribe (p, id);
+    if (mark)
+        mark->subscribed = 0;
     if (mark && mark->marked) {
         mark->marked = 0;
         mark->ctx->marked--;
@@ -640,6 +689,25 @@ int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
         rc = flux_jobtap_event_post_pack (p, id, name, "O", o);
     else
         rc = flux_jobtap_event_post_pack (p, id, name, NULL);
+    json_decref (o);
+    return rc;
+}
+
+/* Update the jobspec of job 'id' (not the current job's) with 'update',
+ * a JSON object of period-delimited keys and their new values.
+ */
+int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,
+                            const char *update)
+{
+    json_t *o;
+    int rc;
+
+    if (!(o = json_loads (update, 0, NULL)) || !json_is_object (o)) {
+        json_decref (o);
+        errno = EINVAL;
+        return -1;
+    }
+    rc = flux_jobtap_jobspec_update_id_pack (p, id, "O", o);
     json_decref (o);
     return rc;
 }

@@ -466,3 +466,32 @@ def test_rule_with_equals_matches_only_that_value(port):
     gate.apply_rules(JOB, {"user": {"tier": "silver"}})
     gate.apply_rules(JOB2, {"user": {"tier": "gold"}})
     assert JOB not in gate.jobs and "x" in gate.jobs[JOB2].holds
+
+
+# Requests waiting for the hold log
+
+
+def test_requests_past_max_pending_are_refused_and_change_nothing(port):
+    gate = Gate(port, Config(max_pending=2))
+    port.defer_commits = True
+    answers = []
+    for jobid in (1, 2, 3):
+        port.add_job(jobid, SCHED, USER)
+    gate.hold(1, "bb", done=lambda hold, error: answers.append(error))
+    gate.hold(2, "bb", done=lambda hold, error: answers.append(error))
+    with pytest.raises(GateError) as exc:
+        gate.hold(3, "bb", done=lambda hold, error: answers.append(error))
+    assert exc.value.errnum == errno.EAGAIN
+    assert "max-pending=2" in exc.value.message
+    assert 3 not in gate.jobs and gate.refused["busy"] == 1
+    with pytest.raises(GateError) as exc:
+        gate.release(1, "bb", done=lambda result, error: answers.append(error))
+    assert exc.value.errnum == errno.EAGAIN and "bb" in gate.jobs[1].holds
+    # Rules (no request waiting) are not refused.
+    gate.hold(3, "rule")
+    assert "rule" in gate.jobs[3].holds
+    port.complete_commit()
+    port.complete_commit()
+    assert answers == [None, None]
+    gate.hold(3, "bb", done=lambda hold, error: answers.append(error))
+    assert "bb" in gate.jobs[3].holds

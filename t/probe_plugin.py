@@ -1,0 +1,162 @@
+"""probe: a jobtap plugin on the runtime that exercises its whole API.
+
+Built by t/test_jobtap_api.py with the runtime's build helper.  Jobs whose
+jobspec has ``attributes.system.probe`` are held in DEPEND by dependency
+``probe`` until ``job-manager.probe.release``; every other call of the
+runtime is reached through one RPC method of its own, so that the test
+drives each from outside and sees what it did.
+"""
+
+import errno
+
+from flux_epilog_gate.jobtap.plugin import (
+    Plugin,
+    RequestError,
+    job_topic,
+    plugin_topic,
+    request,
+)
+
+PROBE = "attributes.system.probe"
+
+
+class Probe(Plugin):
+    """Record what reaches Python; act on request."""
+
+    def __init__(self, jobtap):
+        super().__init__(jobtap)
+        self.entered = []
+        self.depend_calls = []
+        self.events = {}
+        self.answers = {}
+        self.kept = set()
+
+    @plugin_topic("conf.update")
+    def configure(self, args):
+        self.jobtap.forward("job.state.depend")
+
+    @plugin_topic("plugin.query")
+    def query(self, args):
+        return {"depend_calls": len(self.depend_calls)}
+
+    @job_topic("job.state.depend", every_job=True, requires=PROBE)
+    def depend(self, job):
+        self.entered.append(job.id)
+        spec = job.jobspec
+        self.depend_calls.append(
+            {
+                "id": job.id,
+                "userid": job.userid,
+                "probe": spec["attributes"]["system"]["probe"],
+                "keys": sorted(job.input),
+            }
+        )
+        self.jobtap.dependency_add(job.id, "probe")
+        self.jobtap.subscribe(job.id)
+
+    @job_topic("job.event.exception")
+    def exception(self, job):
+        self.record(job)
+
+    @job_topic("job.event.probe-note")
+    def note(self, job):
+        self.record(job)
+
+    def record(self, job):
+        entry = job.input["entry"]
+        self.events.setdefault(str(job.id), []).append(
+            {"name": entry["name"], "context": entry.get("context", {})}
+        )
+
+    @request("calls")
+    def calls(self, request):
+        request.respond(
+            {
+                "entered": self.entered,
+                "depend": self.depend_calls,
+                "events": self.events,
+            }
+        )
+
+    @request("release")
+    def release(self, request):
+        """``{id, update?}``: apply ``update`` to the jobspec, then remove
+        the dependency."""
+        payload = request.payload
+        try:
+            if payload.get("update"):
+                self.jobtap.jobspec_update(payload["id"], payload["update"])
+            self.jobtap.dependency_remove(payload["id"], "probe")
+        except OSError as exc:
+            raise RequestError(exc.errno, f"release: {exc.strerror}") from None
+        request.respond(None)
+
+    @request("lookup")
+    def lookup(self, request):
+        try:
+            job = self.jobtap.lookup_job(request.payload["id"])
+        except OSError as exc:
+            raise RequestError(exc.errno, f"lookup: {exc.strerror}") from None
+        request.respond(
+            {"state": job["state"], "userid": job["userid"], "jobspec": job["jobspec"]}
+        )
+
+    @request("post")
+    def post(self, request):
+        payload = request.payload
+        # Subscribe again, as a plugin that subscribes on each state does:
+        # each event must still come once.
+        self.jobtap.subscribe(payload["id"])
+        self.jobtap.post_event(payload["id"], payload["name"], payload.get("context"))
+        request.respond(None)
+
+    @request("raise")
+    def raise_exception(self, request):
+        p = request.payload
+        self.jobtap.raise_job_exception(p["id"], p["type"], p["severity"], p["note"])
+        request.respond(None)
+
+    @request("echo")
+    def echo(self, request):
+        request.respond({"echo": request.payload})
+
+    @request("call")
+    def call(self, request):
+        """``{topic, payload}``: send that request and answer ours with its
+        answer once it comes (the continuation runs in Python later)."""
+        msg = request.keep()
+        self.kept.add(msg)
+
+        def answered(future):
+            self.kept.discard(msg)
+            try:
+                answer = future.get()
+            except OSError as exc:
+                self.jobtap.respond_error(msg, exc.errno, f"call: {exc.strerror}")
+                return
+            self.jobtap.send(msg, {"answer": answer})
+
+        payload = request.payload
+        self.jobtap.rpc(payload["topic"], payload.get("payload"), answered)
+
+    @request("call-and-fail")
+    def call_and_fail(self, request):
+        """Send ``{topic}``; the continuation raises, then records that
+        the plugin still works."""
+
+        topic = request.payload["topic"]
+
+        def answered(future):
+            self.answers[topic] = "reached"
+            raise RuntimeError("continuation fails on purpose")
+
+        self.jobtap.rpc(topic, {}, answered)
+        request.respond(None)
+
+    @request("answers")
+    def answered(self, request):
+        request.respond(self.answers)
+
+    @request("missing")
+    def missing(self, request):
+        raise RequestError(errno.ENOENT, "nothing here")

@@ -1,0 +1,198 @@
+"""The jobtap runtime's API for plugins that drive jobs, under a real
+instance: outbound RPCs and their continuations, a job topic's
+arguments, lookups of other jobs, jobspec updates, dependencies, events,
+exceptions, subscriptions, services, and jobspec-key filters in C.
+
+t/probe_plugin.py is the plugin; it is built here with the runtime's
+build helper, as a plugin author builds one."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import flux.job
+import pytest
+from jobs import eventlog, names, submit, wait_event, wait_inactive
+
+from flux_epilog_gate.testing import Instance
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.fixture(scope="module")
+def probe_so(tmp_path_factory):
+    outdir = tmp_path_factory.mktemp("probe")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flux_epilog_gate.jobtap.build",
+            "probe",
+            "probe_plugin:Probe",
+            str(outdir),
+            HERE,
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="module")
+def inst(probe_so):
+    with Instance(cores=8, plugin=probe_so) as instance:
+        yield instance
+
+
+@pytest.fixture(scope="module")
+def h(inst):
+    return inst.handle()
+
+
+def rpc(h, method, payload=None):
+    return h.rpc(f"job-manager.probe.{method}", payload or {}).get()
+
+
+def held_job(h, probe="x", **attrs):
+    """A job held in DEPEND by the probe's dependency."""
+    jobid = submit(h, **{"system.probe": probe}, **attrs)
+    wait_event(h, jobid, "dependency-add", match=lambda c: c["description"] == "probe")
+    return jobid
+
+
+def test_service_is_named_after_the_plugin(h):
+    assert rpc(h, "echo", {"a": [1, 2]}) == {"echo": {"a": [1, 2]}}
+    with pytest.raises(OSError) as info:
+        rpc(h, "missing")
+    assert "nothing here" in str(info.value)
+
+
+def test_only_jobs_with_the_required_key_enter_python(h):
+    before = len(rpc(h, "calls")["depend"])
+    plain = submit(h)
+    wait_inactive(h, plain)
+    assert len(rpc(h, "calls")["depend"]) == before
+    assert int(plain) not in rpc(h, "calls")["entered"]
+    jobid = held_job(h, probe={"deep": True})
+    calls = rpc(h, "calls")["depend"]
+    assert len(calls) == before + 1
+    call = calls[-1]
+    assert call["id"] == jobid and call["probe"] == {"deep": True}
+    assert call["userid"] == os.getuid()
+    # A job topic's handler gets every argument of the call.
+    assert {"id", "jobspec", "state", "userid"} <= set(call["keys"])
+    rpc(h, "release", {"id": jobid})
+    wait_inactive(h, jobid)
+
+
+def test_dependency_holds_until_removed(h):
+    jobid = held_job(h)
+    time.sleep(0.3)
+    assert "alloc" not in names(eventlog(h, jobid))
+    rpc(h, "release", {"id": jobid})
+    removed = wait_event(h, jobid, "dependency-remove")
+    assert removed.context["description"] == "probe"
+    wait_inactive(h, jobid)
+
+
+def test_lookup_of_another_job(h):
+    jobid = held_job(h, probe=7)
+    job = rpc(h, "lookup", {"id": jobid})
+    assert job["state"] == flux.constants.FLUX_JOB_STATE_DEPEND
+    assert job["userid"] == os.getuid()
+    assert job["jobspec"]["attributes"]["system"]["probe"] == 7
+    with pytest.raises(OSError) as info:
+        rpc(h, "lookup", {"id": 12345})
+    assert info.value.errno == 2
+    rpc(h, "release", {"id": jobid})
+    wait_inactive(h, jobid)
+
+
+def test_jobspec_update_of_a_job_in_depend(h):
+    jobid = held_job(h)
+    update = {"attributes.system.constraints": {"properties": ["foo"]}}
+    # An unsatisfiable constraint: the update must reach the scheduler.
+    rpc(h, "release", {"id": jobid, "update": update})
+    event = wait_event(h, jobid, "jobspec-update")
+    assert event.context == update
+    current = flux.constants.FLUX_JOB_LOOKUP_CURRENT
+    info = h.rpc(
+        "job-info.lookup", {"id": jobid, "keys": ["jobspec"], "flags": current}
+    )
+    spec = json.loads(info.get()["jobspec"])
+    assert spec["attributes"]["system"]["constraints"] == {"properties": ["foo"]}
+    wait_event(h, jobid, "exception")
+    wait_inactive(h, jobid)
+
+
+def test_jobspec_update_refused_for_a_running_job_changes_nothing(h):
+    jobid = submit(h, duration=30)
+    wait_event(h, jobid, "start")
+    with pytest.raises(OSError):
+        rpc(h, "release", {"id": jobid, "update": {"attributes.system.x": 1}})
+    assert "jobspec-update" not in names(eventlog(h, jobid))
+    flux.job.cancel(h, jobid)
+    wait_inactive(h, jobid)
+
+
+def test_events_with_context_reach_a_subscribed_job(h):
+    jobid = held_job(h)
+    rpc(h, "post", {"id": jobid, "name": "probe-note", "context": {"n": [1, "a"]}})
+    event = wait_event(h, jobid, "probe-note")
+    assert event.context == {"n": [1, "a"]}
+    rpc(h, "post", {"id": jobid, "name": "probe-bare"})
+    assert wait_event(h, jobid, "probe-bare").context == {}
+    events = rpc(h, "calls")["events"][str(int(jobid))]
+    # Once, though the plugin subscribed twice.
+    assert events == [{"name": "probe-note", "context": {"n": [1, "a"]}}]
+    rpc(h, "release", {"id": jobid})
+    wait_inactive(h, jobid)
+
+
+@pytest.mark.parametrize("severity", [0, 1, 5])
+def test_exceptions_of_any_type_and_severity(h, severity):
+    jobid = held_job(h)
+    rpc(
+        h,
+        "raise",
+        {"id": jobid, "type": "probe-type", "severity": severity, "note": "why"},
+    )
+    event = wait_event(h, jobid, "exception")
+    assert event.context["type"] == "probe-type"
+    assert event.context["severity"] == severity
+    assert event.context["note"] == "why"
+    # The subscription brought the exception to Python.
+    seen = rpc(h, "calls")["events"][str(int(jobid))]
+    assert any(e["context"].get("type") == "probe-type" for e in seen)
+    if severity == 0:
+        wait_inactive(h, jobid)
+    else:
+        rpc(h, "release", {"id": jobid})
+        wait_inactive(h, jobid)
+
+
+def test_rpc_continuation_answers_later(h):
+    answer = rpc(h, "call", {"topic": "job-manager.probe.echo", "payload": {"x": 1}})
+    assert answer == {"answer": {"echo": {"x": 1}}}
+
+
+def test_rpc_error_reaches_the_continuation(h):
+    with pytest.raises(OSError) as info:
+        rpc(h, "call", {"topic": "no-such-service.anything", "payload": {}})
+    assert info.value.errno == 38  # ENOSYS
+
+
+def test_exception_in_a_continuation_is_logged_not_fatal(inst, h):
+    rpc(h, "call-and-fail", {"topic": "job-manager.probe.echo"})
+    deadline = time.time() + 10
+    while rpc(h, "answers") != {"job-manager.probe.echo": "reached"}:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    log = inst.flux("dmesg").stdout
+    assert "continuation fails on purpose" in log
+    assert "answer to job-manager.probe.echo" in log
+    # The job-manager lives on.
+    assert rpc(h, "echo", {"ok": 1}) == {"echo": {"ok": 1}}
