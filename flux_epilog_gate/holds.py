@@ -42,6 +42,9 @@ class Reason(StrEnum):
     #: Finished by the instance's shutdown (:mod:`flux_epilog_gate.shutdown`).
     SHUTDOWN = "finished by shutdown"
     JOB_INACTIVE = "job is inactive"
+    #: A pending epilog hold whose job went inactive without it (see
+    #: flux_epilog_gate.gate.lost).
+    LOST = "lost: the job went inactive before epilog-gate could hold it"
     #: A pending prolog hold whose job ended before it started ...
     NEVER_STARTED = "job ended before it started"
     #: ... or started while the gate was not loaded.

@@ -39,7 +39,7 @@ from .jobtap.plugin import (
     request,
 )
 from .port import GatePort
-from .shutdown import BROKER_SHUTDOWN, Shutdown
+from .shutdown import BROKER_SHUTDOWN, Shutdown, loaded_from_config
 
 #: Error text that ends watch streams when the plugin goes away.
 UNLOADED = "epilog-gate was unloaded: watch again"
@@ -233,9 +233,10 @@ class EpilogGatePlugin(Plugin):
             raise Refused(f"epilog-gate: {exc}") from None
         if not self.committed:
             self.commit(config)
-            return
-        self.gate.reconfigure(config)
-        self.forward(new=self._load_timer is not None, depend=bool(config.rules))
+        else:
+            self.gate.reconfigure(config)
+            self.forward(new=self._load_timer is not None, depend=bool(config.rules))
+        self.shutdown.from_config = loaded_from_config(conf, self.name)
 
     @plugin_topic("plugin.query")
     def query(self, args):

@@ -7,6 +7,8 @@ its exception types, and the answers of a hold's life, packed in the
 gate's C (fastpath.c).
 """
 
+import os
+
 from .holdlog import MARKER
 from .holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
 from .jobtap.facade import Jobtap
@@ -117,6 +119,12 @@ class GatePort(Jobtap):
 
     def untrack(self, jobid):
         self.unmark(jobid)
+
+    def job_cleanup(self):
+        """True if the instance's shutdown runs flux-core's job cleanup
+        step: rc1 pushes it unless ``FLUX_DISABLE_JOB_CLEANUP`` is set in
+        the broker's environment, which is the job-manager's own."""
+        return "FLUX_DISABLE_JOB_CLEANUP" not in os.environ
 
     def want_run(self, jobid):
         """Also send the tracked job's job.state.run to the gate."""

@@ -40,6 +40,13 @@ gate therefore, from the moment the broker enters CLEANUP:
 Pending holds of jobs that are neither running nor in CLEANUP do not hold
 the shutdown: they stay in the hold log, whatever the action.
 
+When the broker leaves CLEANUP with held jobs not ended (no cleanup step,
+``FLUX_DISABLE_JOB_CLEANUP``, or one cut short by a signal or
+``broker.cleanup-timeout``), see :meth:`Shutdown.leave`: a job left in
+CLEANUP, or one that enters CLEANUP after that, has its pending holds
+made active (the restart would free it before any plugin sees it); a job
+left running is named, with what the restart will do to its holds.
+
 Plain Python: it drives the job-manager through the gate's port (see
 :mod:`flux_epilog_gate.gate`), with these methods in addition:
 
@@ -49,14 +56,18 @@ Plain Python: it drives the job-manager through the gate's port (see
     make the broker abort its cleanup step (as a signal would)
 ``cancel(id, note)``
     raise a fatal job exception of type ``cancel``, as ``flux cancel`` does
+``job_cleanup()``
+    True if the shutdown runs flux-core's job cleanup step (False with
+    ``FLUX_DISABLE_JOB_CLEANUP``)
 """
 
 import errno
+import os
 import syslog
 
 from .errors import GateError
 from .gate import CLEANUP, RUN
-from .holds import ACTIVE, DEPEND, SHUTDOWN_REASON, SHUTDOWN_STATUS
+from .holds import ACTIVE, DEPEND, EPILOG, SHUTDOWN_REASON, SHUTDOWN_STATUS
 from .jobid import f58
 
 #: States of the broker's state machine (flux-core
@@ -77,6 +88,9 @@ class Shutdown:
         self.expired = False
         self.action = None
         self.named = set()
+        #: The instance config loads the gate ([job-manager] plugins): it
+        #: is back before a job left running can end at the restart.
+        self.from_config = False
         self._timer = None
         self._sweeper = None
         previous, gate.shutdown = gate.shutdown, self
@@ -84,16 +98,19 @@ class Shutdown:
             # Loaded again during a shutdown: the bound does not move.
             self.began, self.expired = previous.began, previous.expired
             self.action, self.named = previous.action, previous.named
+            self.from_config = previous.from_config
 
     # The broker's state
 
     def on_broker_state(self, state):
         """The broker entered ``state`` (a broker_state_t)."""
-        self.broker_state = state
+        previous, self.broker_state = self.broker_state, state
         if state == BROKER_CLEANUP:
             self.begin()
         elif state > BROKER_CLEANUP:
             self.stop()
+            if previous == BROKER_CLEANUP:
+                self.leave()
 
     def begin(self):
         """The broker entered CLEANUP: start the clock, name the holds."""
@@ -102,6 +119,15 @@ class Shutdown:
             self.began = now
             self.action = self._resolve_action()
         if self.expired:
+            return
+        if not self.port.job_cleanup():
+            # Nothing waits: the broker leaves CLEANUP at once (see leave()).
+            self.port.log(
+                syslog.LOG_WARNING,
+                "shutdown: flux-core's job cleanup step is disabled "
+                "(FLUX_DISABLE_JOB_CLEANUP): the instance stops without "
+                "waiting on holds",
+            )
             return
         timeout = self.gate.config.shutdown_timeout
         delay = max(0.0, self.began + timeout - now)
@@ -123,6 +149,75 @@ class Shutdown:
             if timer is not None:
                 timer.stop()
         self._timer = self._sweeper = None
+
+    def leave(self):
+        """The broker left CLEANUP: the instance stops with the jobs that
+        are still in RUN or CLEANUP.
+
+        That is the usual end when the cleanup step does not run
+        (``FLUX_DISABLE_JOB_CLEANUP``) or was cut short (a signal,
+        ``broker.cleanup-timeout``).  A job left in CLEANUP whose
+        processes have not ended is freed and cleaned as the instance
+        restarts, while the job-manager replays its eventlog, before any
+        plugin (also one loaded from the config) sees it: its pending
+        holds become active now, which keeps it.  A job left in RUN is
+        ended at the restart only if it cannot be reattached, after the
+        job-manager has loaded the plugins of its config: only a gate
+        loaded from there holds it then.
+        """
+        for job in list(self.gate.jobs.values()):
+            pending = _pending(job)
+            if not pending:
+                continue
+            state = self._state(job.id)
+            if state == CLEANUP:
+                self._stopping_in_cleanup(job.id, "is still in")
+            elif state == RUN:
+                self._left_running(job.id, pending)
+
+    def entered_cleanup(self, jobid):
+        """A held job entered CLEANUP without reaching its epilog point.
+
+        Once the broker has left CLEANUP, that is a job the stopping
+        instance ends (job-exec raises an exception as the modules it
+        needs are removed): nothing will wait for its processes, and the
+        restart would free it before any plugin sees it."""
+        if self.broker_state is None or self.broker_state <= BROKER_CLEANUP:
+            return
+        job = self.gate.jobs.get(jobid)
+        if job is not None and _pending(job):
+            self._stopping_in_cleanup(jobid, "entered")
+
+    def _stopping_in_cleanup(self, jobid, how):
+        self.port.log(
+            syslog.LOG_ERR,
+            f"shutdown: job {f58(jobid)} {how} CLEANUP as the instance stops: "
+            "its holds become active now, or the restart would free it before "
+            "any plugin can hold it",
+        )
+        self.gate.reach_point(jobid)
+
+    def _left_running(self, jobid, pending):
+        several = len(pending) > 1
+        holds = f"hold{'s' if several else ''} {', '.join(pending)}"
+        if self.from_config:
+            self.port.log(
+                syslog.LOG_WARNING,
+                f"shutdown: job {f58(jobid)} still runs as the instance stops: "
+                f"its pending {holds} {'stay' if several else 'stays'} pending; "
+                "epilog-gate is loaded from "
+                "the instance config, and holds the job if it ends as the "
+                "instance restarts",
+            )
+            return
+        self.port.log(
+            syslog.LOG_ERR,
+            f"shutdown: job {f58(jobid)} still runs as the instance stops, and "
+            "epilog-gate is not loaded from the instance config ([job-manager] "
+            "plugins): if the job cannot be reattached at the restart, it ends "
+            f"before 'flux jobtap load' can load the gate, and its pending {holds} "
+            "will be lost",
+        )
 
     def _resolve_action(self):
         action = self.gate.config.shutdown_action
@@ -306,6 +401,31 @@ class Shutdown:
             "step; the held jobs stay in CLEANUP",
         )
         self.port.abort_cleanup()
+
+
+def loaded_from_config(conf, name):
+    """True if the instance config ``conf`` (the whole of it, as
+    ``conf.update`` gives it) loads the plugin called ``name``: a
+    ``[job-manager] plugins`` entry whose ``load`` names its library, by
+    name or by path."""
+    try:
+        entries = conf.get("job-manager", {}).get("plugins", [])
+        loads = [entry.get("load") for entry in entries]
+    except (AttributeError, TypeError):
+        return False
+    return any(
+        isinstance(load, str) and os.path.basename(load) in (name, f"{name}.so")
+        for load in loads
+    )
+
+
+def _pending(job):
+    """The descriptions of the job's pending epilog holds, sorted."""
+    return sorted(
+        hold.description
+        for hold in job.holds.values()
+        if hold.state != ACTIVE and hold.point == EPILOG
+    )
 
 
 def _holds(count):

@@ -27,7 +27,8 @@
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
   ``KVS`` a commit, or with ``"kvs_get"`` the load's read of the hold
   log) fail with OSError, to check what the gate does when the
-  job-manager refuses.
+  job-manager refuses;
+- ``job_cleanup()`` answers :attr:`FakePort.cleanup_step`.
 """
 
 import errno
@@ -105,6 +106,7 @@ class FakePort:
         self.eventlogs = {}
         self.defer_eventlogs = False
         self.pending_eventlogs = []
+        self.cleanup_step = True
 
     # Driving the fake from a test
 
@@ -355,6 +357,9 @@ class FakePort:
 
     def abort_cleanup(self):
         self.aborted += 1
+
+    def job_cleanup(self):
+        return self.cleanup_step
 
     def cancel(self, jobid, note):
         self._maybe_fail(CANCEL)

@@ -54,6 +54,10 @@ through a *port*, an object with these methods (the real one is
     aborted]}``) to a watcher; returns False if the watcher is gone
 ``end_watch(sink, errnum, text)``
     end a watcher's stream with an error
+``read_eventlog(id, callback)``
+    read a job's eventlog without blocking; later call
+    ``callback(events, error)`` with a list of ``(timestamp, name,
+    context)``, or None and an OSError
 ``log(level, text)``
     log a line (syslog levels)
 
@@ -85,6 +89,7 @@ package:
 ``watchers``       clients streaming activations
 ``jobs``           the record of each held job; holds that are gone
 ``counters``       what ``stats`` reports
+``lost``           pending holds whose job went inactive without them
 ``prolog``         prolog holds: holds that keep a job's start back
 ``depend``         dependency holds: holds that keep a job in DEPEND
 ``states``         job states (flux.constants)
@@ -98,6 +103,7 @@ from .depend import Dependencies
 from .epilog import EpilogPoint
 from .finish import Finishing
 from .jobs import GoneLog, Job, Tracking
+from .lost import Losses
 from .prolog import Prologs
 from .recovery import EPILOG_EVENTS, PROGRESS_EVENTS, Recovery
 from .reload import Reload
@@ -158,6 +164,7 @@ class Gate(
         #: Clients a bound refused: watch streams ended for falling
         #: behind (watch-backlog), requests refused at max-pending.
         self.refused = {"behind": 0, "busy": 0}
+        self.losses = Losses(self)
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""

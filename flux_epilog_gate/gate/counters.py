@@ -3,7 +3,15 @@
 from ..holds import Reason
 
 #: Every counter, in the order they are reported.
-NAMES = ("held", "activated", "released", "cancelled", "failed", "timedout")
+NAMES = (
+    "held",
+    "activated",
+    "released",
+    "cancelled",
+    "failed",
+    "timedout",
+    "lost",
+)
 
 #: The counter a finished active hold counts in, by the reason it finished
 #: (shutdown-timeout is a timeout too); any other reason counts as released.

@@ -29,6 +29,8 @@ class EpilogPoint:
                 self.prolog.on_cleanup(job)
                 self.depend.on_cleanup(job)
             self._advance(job, CLEANUP)
+            if self.shutdown is not None and not job.at_point:
+                self.shutdown.entered_cleanup(jobid)
 
     def on_event(self, jobid, name, state):
         """An event was posted to a tracked job."""

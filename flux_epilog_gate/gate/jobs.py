@@ -78,14 +78,21 @@ class Tracking:
 
     def on_inactive(self, jobid):
         """The job is inactive: whatever it still holds is gone."""
-        job = self.jobs.pop(jobid, None)
+        job = self.jobs.get(jobid)
+        if job is not None and job.recovering:
+            # Its holds are not known yet: end_recovery() finds the job
+            # inactive and reports what it lost.
+            return
+        self.jobs.pop(jobid, None)
         self.replayed_progress.pop(jobid, None)
         if job is None:
             return
+        lost = self.losses.inactive(job)
         for hold in job.holds.values():
             hold.state = GONE
             self._stop_timer(hold)
-            self.gone.add(jobid, hold.description, Reason.JOB_INACTIVE)
+            if hold not in lost:
+                self.gone.add(jobid, hold.description, Reason.JOB_INACTIVE)
 
     def _track(self, jobid, userid):
         job = Job(jobid, userid)

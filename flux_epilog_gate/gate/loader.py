@@ -127,6 +127,9 @@ class Load:
         self.started = True
         if self.carried is not None:
             self.gate.resume(self.seen)
+        elif self.log:
+            # Jobs the log names that went inactive before this load.
+            self.gate.losses.check_unseen(self.log, self.seen)
         self.seen = set()
         self._check_ready()
 

@@ -11,6 +11,7 @@ from flux_epilog_gate.holds import (
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
+    Reason,
 )
 
 from .unitgate import (
@@ -190,7 +191,9 @@ def test_recovery_of_job_that_went_inactive_remembers_its_holds(port, gate):
     port.forget_job(JOB)
     gate.end_recovery(JOB, [ev(101.0, HOLD_EVENT, description="bb")])
     assert gate.jobs == {}
-    assert gate.release(JOB, "bb") == (False, "job is inactive")
+    # Pending when its job went inactive: lost (see test_unit_lost.py).
+    assert gate.release(JOB, "bb") == (False, Reason.LOST)
+    assert gate.stats["lost"] == 1
 
 
 def test_end_recovery_without_begin_does_nothing(port, gate):

@@ -268,6 +268,7 @@ def test_release_counts_in_stats(port, gate):
         "cancelled": 1,
         "failed": 1,
         "timedout": 0,
+        "lost": 0,
     }
 
 

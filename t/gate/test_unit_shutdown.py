@@ -20,7 +20,10 @@ from flux_epilog_gate.shutdown import (
     BROKER_SHUTDOWN,
     SHUTDOWN_STATUS,
     Shutdown,
+    loaded_from_config,
 )
+
+from .unitgate import epilog_starts
 
 TIMEOUT = 5.0
 ACTIVE_JOB = 11
@@ -349,3 +352,113 @@ def test_plugin_loaded_again_during_shutdown_keeps_the_bound(port):
     port.advance(0.2)
     assert port.aborted == 1
     assert len(lines(port, "waits on hold bb")) == 1
+
+
+# The broker leaves CLEANUP with held jobs still in RUN or CLEANUP (no job
+# cleanup step, or one cut short)
+
+
+def test_job_left_in_cleanup_gets_its_holds_active_as_the_broker_leaves(port):
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    still_running(port, gate)
+    assert epilog_starts(port, RUNNING_JOB) == []
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    assert epilog_starts(port, RUNNING_JOB) == ["umount"]
+    assert gate.jobs[RUNNING_JOB].holds["umount"].state == ACTIVE
+    (line,) = lines(port, "still in CLEANUP as the instance stops", syslog.LOG_ERR)
+    assert f58(RUNNING_JOB) in line
+    # Nothing else moves: the queued job's hold stays pending, nothing is
+    # cancelled or finished, the cleanup is not aborted.
+    assert gate.jobs[QUEUED_JOB].holds["license"].state == PENDING
+    assert port.posted_by_gate(RUNNING_JOB, CANCEL) == []
+    assert port.posted_by_gate(ACTIVE_JOB, "epilog-finish") == []
+    assert port.aborted == 0
+
+
+@pytest.mark.parametrize("from_config", [True, False])
+def test_job_left_running_is_named_with_what_the_restart_does(port, from_config):
+    gate, shutdown = make(port)
+    shutdown.from_config = from_config
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    level = syslog.LOG_WARNING if from_config else syslog.LOG_ERR
+    (line,) = lines(port, f"job {f58(RUNNING_JOB)} still runs", level)
+    assert "hold umount" in line
+    assert ("will be lost" in line) is not from_config
+    # A running job is never cancelled by leaving CLEANUP: it may be
+    # reattached at the restart.
+    assert port.posted_by_gate(RUNNING_JOB, CANCEL) == []
+    assert gate.jobs[RUNNING_JOB].holds["umount"].state == PENDING
+    assert not lines(port, "license")
+
+
+def test_leaving_cleanup_after_the_bound_changes_nothing_more(port):
+    gate, shutdown = make(port, "keep")
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    port.advance(TIMEOUT + 0.1)
+    logged = list(port.logs)
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    assert port.logs == logged
+
+
+def test_a_broker_seen_first_past_cleanup_is_left_alone(port):
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    still_running(port, gate)
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    assert port.logs == [] and epilog_starts(port, RUNNING_JOB) == []
+
+
+@pytest.mark.parametrize(
+    "conf, loaded",
+    [
+        ({"job-manager": {"plugins": [{"load": "epilog-gate.so"}]}}, True),
+        ({"job-manager": {"plugins": [{"load": "/x/y/epilog-gate.so"}]}}, True),
+        ({"job-manager": {"plugins": [{"load": "epilog-gate"}]}}, True),
+        ({"job-manager": {"plugins": [{"load": "other.so"}]}}, False),
+        ({"job-manager": {"plugins": [{"remove": "epilog-gate.so"}]}}, False),
+        ({"job-manager": {}}, False),
+        ({}, False),
+        ({"job-manager": {"plugins": "epilog-gate.so"}}, False),
+        ({"job-manager": {"plugins": [{"load": 3}]}}, False),
+        ({"job-manager": 7}, False),
+    ],
+)
+def test_loaded_from_config_reads_job_manager_plugins(conf, loaded):
+    assert loaded_from_config(conf, "epilog-gate") is loaded
+
+
+def test_job_entering_cleanup_after_the_broker_left_gets_its_holds_active(port):
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    still_running(port, gate)
+    assert epilog_starts(port, RUNNING_JOB) == ["umount"]
+    (line,) = lines(port, "entered CLEANUP as the instance stops", syslog.LOG_ERR)
+    assert f58(RUNNING_JOB) in line
+
+
+def test_job_entering_cleanup_before_the_broker_leaves_waits_for_its_end(port):
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    still_running(port, gate)
+    assert epilog_starts(port, RUNNING_JOB) == []
+    assert not lines(port, "as the instance stops")
+
+
+def test_without_a_job_cleanup_step_nothing_waits_and_that_is_said(port):
+    gate, shutdown = make(port)
+    port.cleanup_step = False
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    (line,) = lines(port, "job cleanup step is disabled", syslog.LOG_WARNING)
+    assert "without waiting on holds" in line
+    assert not lines(port, "waits on") and port.armed_timers() == []
+    port.advance(2 * TIMEOUT)
+    assert port.aborted == 0 and not lines(port, "expired")
