@@ -1,0 +1,485 @@
+"""A model-based test of the gate through its port (hypothesis' stateful
+testing): random sequences of hold, release (status 0 or not), job
+progress and cancel, watch, list, hold-log snapshots, plugin reload,
+job-manager restart and crash, against a fake instance (modeljm.py) and
+the plugin's load path (modeldriver.py), checked against a model of what
+was acknowledged:
+
+- every load succeeds;
+- no acknowledged hold is lost: it is listed, and its job does not post
+  ``clean`` (epilog point) or get its start request (prolog point) until
+  a release was sent for it or its timeout may have expired;
+- one finish per start: no gate epilog/prolog action is started twice or
+  finished when not started;
+- every watcher sees every activation once per stream;
+- once everything is released and every job cancelled, every job goes
+  inactive (nothing hangs).
+
+A request not answered when the instance goes away may or may not have
+taken effect: the model holds the gate only to what it acknowledged.
+
+GATE_MODEL_EXAMPLES sets the number of runs (for a soak); the default
+keeps ``make check`` fast.
+"""
+
+import math
+import os
+from collections import Counter
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+)
+
+from flux_epilog_gate import holdlog
+from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED
+from flux_epilog_gate.holdlog import MARKER
+from flux_epilog_gate.holds import EPILOG, PROLOG, RECOVERY_DESCRIPTION
+
+from .modeldriver import Carried, Driver
+from .modeljm import Clock, FakeJobManager, FakeKVS, Sink
+
+#: Descriptions the requests use, with the timeout of their holds.
+TIMEOUTS = {"a": None, "b": None, "t": 5.0}
+
+#: Description of the holds that fill the log up to a snapshot.
+CHURN = "churn"
+
+MAX_JOBS = 4
+USER = 1000
+EXAMPLES = int(os.environ.get("GATE_MODEL_EXAMPLES", "300"))
+STEPS = int(os.environ.get("GATE_MODEL_STEPS", "40"))
+
+JOB = st.integers(min_value=0, max_value=MAX_JOBS - 1)
+POINT = st.sampled_from([EPILOG, EPILOG, PROLOG])
+
+
+class Key:
+    """What was asked of one (job, description)."""
+
+    def __init__(self):
+        #: Sequence number of the last release sent (0: none).
+        self.last_release = 0
+        #: When the first hold request since the last release was sent.
+        self.live_since = None
+
+
+class Kept:
+    """An acknowledged hold that no release has been sent for."""
+
+    def __init__(self, point, deadline):
+        self.point = point
+        self.deadline = deadline
+
+
+def _starts(job):
+    """The gate's perilog actions left open by the job's eventlog:
+    ``{(kind, description): count}``, and what is wrong with their
+    pairing."""
+    open_ = Counter()
+    wrong = []
+    for _, name, context in job.eventlog:
+        kind, _, what = name.partition("-")
+        if kind not in ("epilog", "prolog") or not context.get(MARKER):
+            continue
+        key = (kind, context["description"])
+        if what == "start":
+            if open_[key] and key[1] != RECOVERY_DESCRIPTION:
+                wrong.append(f"second {name} {key[1]} before its finish")
+            open_[key] += 1
+        elif what == "finish":
+            if not open_[key]:
+                wrong.append(f"{name} {key[1]} with no start")
+            else:
+                open_[key] -= 1
+    return +open_, wrong
+
+
+class GateModel(RuleBasedStateMachine):
+    """The instance, the plugin and a model of what it acknowledged."""
+
+    def __init__(self):
+        super().__init__()
+        self.clock = Clock()
+        self.kvs = FakeKVS()
+        self.jm = FakeJobManager(self.kvs, self.clock, self)
+        self.jobids = []
+        self.next_id = 100
+        self.seq = 0
+        self.keys = {}
+        self.kept = {}
+        self.start_requested = set()
+        self.facts = []
+        self.sinks = []
+        self.violations = []
+        self.driver = None
+        self._load(Carried())
+
+    # Observing the job-manager (called by FakeJobManager)
+
+    def event(self, job, entry, old):
+        _, name, context = entry
+        description = context.get("description")
+        if (
+            name in ("epilog-start", "prolog-start")
+            and context.get(MARKER)
+            and description != RECOVERY_DESCRIPTION
+        ):
+            point = EPILOG if name == "epilog-start" else PROLOG
+            self.facts.append(((job.id, description, point, False), True))
+        if job.state == CLEANUP and old != CLEANUP:
+            opened, _ = _starts(job)
+            for kind, description in opened:
+                if kind == "prolog" and description != RECOVERY_DESCRIPTION:
+                    fact = (job.id, description, PROLOG, True)
+                    self.facts.append((fact, self._certain(job.id, description)))
+        if name == "clean":
+            for (jobid, description), kept in self.kept.items():
+                if jobid == job.id and kept.point == EPILOG and self._binding(kept):
+                    self.violations.append(
+                        f"job {jobid} posted clean while acknowledged hold "
+                        f"{description} keeps it"
+                    )
+
+    def start_request(self, job):
+        self.start_requested.add(job.id)
+        for (jobid, description), kept in self.kept.items():
+            if jobid == job.id and kept.point == PROLOG and self._binding(kept):
+                self.violations.append(
+                    f"job {jobid} was sent its start request while acknowledged "
+                    f"prolog hold {description} keeps it"
+                )
+
+    def _binding(self, kept):
+        return self.clock.now < kept.deadline
+
+    def _certain(self, jobid, description):
+        """True if the model knows the hold is still wanted: no release
+        sent since its last hold, no timeout that may have expired."""
+        kept = self.kept.get((jobid, description))
+        return kept is not None and self._binding(kept)
+
+    # The plugin
+
+    def _load(self, carried):
+        self.driver = Driver(self.jm, carried)
+        try:
+            self.driver.load()
+            self.driver.announce()
+        except Exception as exc:
+            raise AssertionError(f"load failed: {type(exc).__name__}: {exc}") from exc
+
+    def _end_streams(self, why):
+        for sink in self.sinks:
+            if sink.open:
+                sink.end(why)
+
+    @rule()
+    def reload(self):
+        """flux jobtap remove, then load: the gate is carried over."""
+        self.driver.unload()
+        self._load(self.driver.state)
+
+    @rule()
+    def restart(self):
+        """flux module reload job-manager: what is queued is committed, a
+        new job-manager rebuilds its jobs from the KVS."""
+        self.driver.unload()
+        self._end_streams("restart")
+        self.jm.flush()
+        self.kvs.apply_all()
+        self.jm = FakeJobManager.restart(self.kvs, self.clock, self)
+        self._load(Carried())
+
+    @rule()
+    def crash(self):
+        """SIGKILL of the broker, then a restart on its state: back to the
+        last checkpoint; unanswered requests stay unanswered."""
+        self.driver.port.close()
+        self._end_streams("crash")
+        self.kvs.crash()
+        self.jm = FakeJobManager.restart(self.kvs, self.clock, self)
+        self._load(Carried())
+
+    # Jobs
+
+    def _job(self, index):
+        if not self.jobids:
+            return None
+        return self.jm.jobs.get(self.jobids[index % len(self.jobids)])
+
+    @precondition(lambda self: len(self.jobids) < MAX_JOBS)
+    @rule()
+    def submit(self):
+        jobid = self.next_id
+        self.next_id += 1
+        self.jobids.append(jobid)
+        self.jm.submit(jobid, USER)
+
+    @rule(index=JOB)
+    def alloc(self, index):
+        job = self._job(index)
+        if job is not None and job.state == SCHED:
+            self.jm.post(job, "alloc")
+
+    @rule(index=JOB)
+    def exec_start(self, index):
+        job = self._job(index)
+        if job and job.state == RUN and job.start_pending and not job.started:
+            self.jm.exec_start(job)
+
+    @rule(index=JOB)
+    def exec_end(self, index):
+        job = self._job(index)
+        if job and job.start_pending and (job.started or job.state == CLEANUP):
+            self.jm.exec_end(job)
+
+    @rule(index=JOB)
+    def cancel(self, index):
+        job = self._job(index)
+        if job and job.state not in (CLEANUP, INACTIVE):
+            self.jm.post(job, "exception", {"type": "cancel", "severity": 0})
+
+    # Requests
+
+    def _key(self, jobid, description):
+        return self.keys.setdefault((jobid, description), Key())
+
+    def _hold(self, jobid, description, point):
+        self.seq += 1
+        seq = self.seq
+        key = self._key(jobid, description)
+        if key.live_since is None:
+            key.live_since = self.clock.now
+        timeout = TIMEOUTS.get(description)
+
+        def answer(hold, error):
+            if error is not None or seq < key.last_release:
+                return
+            if point == PROLOG and jobid in self.start_requested:
+                self.violations.append(
+                    f"prolog hold {description} acknowledged on job {jobid}, "
+                    "whose start request was sent"
+                )
+            deadline = math.inf if timeout is None else key.live_since + timeout
+            self.kept[(jobid, description)] = Kept(point, deadline)
+
+        self.driver.hold(jobid, description, timeout, point, answer)
+
+    def _release(self, jobid, description, status):
+        self.seq += 1
+        key = self._key(jobid, description)
+        key.last_release = self.seq
+        key.live_since = None
+        self.kept.pop((jobid, description), None)
+        self.driver.release(jobid, description, status, lambda result, error: None)
+
+    @precondition(lambda self: self.jobids)
+    @rule(index=JOB, description=st.sampled_from(sorted(TIMEOUTS)), point=POINT)
+    def hold(self, index, description, point):
+        self._hold(self.jobids[index % len(self.jobids)], description, point)
+
+    @precondition(lambda self: self.jobids)
+    @rule(
+        index=JOB,
+        description=st.sampled_from(sorted(TIMEOUTS)),
+        status=st.sampled_from([0, 0, 1]),
+    )
+    def release(self, index, description, status):
+        self._release(self.jobids[index % len(self.jobids)], description, status)
+
+    @precondition(lambda self: self.jobids)
+    @rule(index=JOB)
+    def churn(self, index):
+        """Holds and releases until the log is replaced by a snapshot:
+        the last release's commit is one."""
+        jobid = self.jobids[index % len(self.jobids)]
+        log = self.driver.gate.holdlog
+        for _ in range(holdlog.MAX_APPENDS + 1):
+            self._hold(jobid, CHURN, EPILOG)
+            self.kvs.apply_all()
+            last = log.appends >= holdlog.MAX_APPENDS
+            self._release(jobid, CHURN, 0)
+            self.kvs.apply_all()
+            if last:
+                break
+
+    @rule()
+    def list_holds(self):
+        listed = {(h["id"], h["description"], h["point"]) for h in self.driver.list()}
+        for (jobid, description), kept in self.kept.items():
+            job = self.jm.jobs.get(jobid)
+            if not self._binding(kept) or job is None or job.state == INACTIVE:
+                continue
+            if kept.point == PROLOG and job.state == CLEANUP:
+                continue
+            assert (jobid, description, kept.point) in listed, (
+                f"list lacks acknowledged hold {description} of job {jobid} "
+                f"(listed: {sorted(listed)})"
+            )
+
+    @rule()
+    def watch(self):
+        sink = Sink(len(self.sinks))
+        sink.expected = Counter()
+        sink.maybe = Counter()
+        for job in self.jm.active():
+            opened, _ = _starts(job)
+            for kind, description in opened:
+                if description == RECOVERY_DESCRIPTION:
+                    continue
+                point = EPILOG if kind == "epilog" else PROLOG
+                aborted = point == PROLOG and job.state == CLEANUP
+                key = (job.id, description, point, aborted)
+                if self._certain(job.id, description) or self._unreleased(
+                    job.id, description
+                ):
+                    sink.expected[key] += 1
+                else:
+                    sink.maybe[key] += 1
+        sink.facts_from = len(self.facts)
+        self.sinks.append(sink)
+        self.driver.watch(sink)
+
+    def _unreleased(self, jobid, description):
+        """No release was ever sent for the hold, and it has no timeout."""
+        key = self.keys.get((jobid, description))
+        return (key is None or not key.last_release) and TIMEOUTS.get(
+            description
+        ) is None
+
+    @precondition(lambda self: any(sink.open for sink in self.sinks))
+    @rule(which=st.integers(min_value=0, max_value=20))
+    def unwatch(self, which):
+        sinks = [sink for sink in self.sinks if sink.open]
+        sink = sinks[which % len(sinks)]
+        self.driver.disconnect(sink)
+        sink.end("disconnected")
+
+    # The reactor: what arrives, in any order
+
+    @rule()
+    def flush_events(self):
+        self.jm.flush()
+
+    @precondition(lambda self: self.kvs.queue)
+    @rule()
+    def kvs_apply(self):
+        self.kvs.apply_next()
+
+    @precondition(lambda self: not self.kvs.failing)
+    @rule()
+    def kvs_fails_next(self):
+        self.kvs.failing = 1
+
+    @precondition(lambda self: self.jm.reads)
+    @rule(which=st.integers(min_value=0, max_value=20))
+    def answer_read(self, which):
+        self.jm.answer_read(which % len(self.jm.reads))
+
+    @rule(seconds=st.sampled_from([0.0, 0.5, 2.5]))
+    def advance(self, seconds):
+        target = self.clock.now + seconds
+        port = self.driver.port
+        while True:
+            due = [t for t in port.timers if t.armed and t.deadline <= target]
+            if not due:
+                break
+            timer = min(due, key=lambda t: t.deadline)
+            self.clock.now = max(self.clock.now, timer.deadline)
+            timer.armed = False
+            timer.callback()
+            port = self.driver.port
+        self.clock.now = target
+
+    # Nothing hangs
+
+    @rule()
+    def settle(self):
+        """Release every hold, cancel every job and let everything
+        arrive: every job must go inactive."""
+        for job in self.jm.active():
+            if job.state != CLEANUP:
+                self.jm.post(job, "exception", {"type": "cancel", "severity": 0})
+        for _ in range(100):
+            before = self._progress()
+            for hold in self.driver.list():
+                self._release(hold["id"], hold["description"], 0)
+            while self.jm.reads:
+                self.jm.answer_read(0)
+            self.advance(0.0)
+            self.jm.flush()
+            self.kvs.failing = 0
+            self.kvs.apply_all()
+            for job in self.jm.active():
+                if job.start_pending:
+                    self.jm.exec_end(job)
+            if self._progress() == before:
+                break
+        stuck = {
+            job.id: (job.state, job.perilog, _starts(job)[0])
+            for job in self.jm.active()
+        }
+        assert not stuck, f"jobs that never go inactive: {stuck}"
+
+    def _progress(self):
+        return (
+            sum(len(job.eventlog) for job in self.jm.jobs.values()),
+            len(self.kvs.queue),
+            len(self.jm.reads),
+        )
+
+    # Invariants
+
+    @invariant()
+    def nothing_went_wrong(self):
+        assert not self.violations, self.violations
+
+    @invariant()
+    def acknowledged_epilog_holds_keep_their_jobs(self):
+        for (jobid, description), kept in self.kept.items():
+            if kept.point != EPILOG or not self._binding(kept):
+                continue
+            job = self.jm.jobs.get(jobid)
+            assert job is not None and job.state != INACTIVE, (
+                f"job {jobid} is gone while acknowledged hold {description} "
+                "keeps it"
+            )
+
+    @invariant()
+    def one_finish_per_start(self):
+        for job in self.jm.jobs.values():
+            _, wrong = _starts(job)
+            assert not wrong, f"job {job.id}: {wrong}"
+
+    @invariant()
+    def watchers_see_every_activation_once(self):
+        for sink in self.sinks:
+            if not sink.open:
+                continue
+            expected = Counter(sink.expected)
+            maybe = Counter(sink.maybe)
+            for fact, certain in self.facts[sink.facts_from :]:
+                (expected if certain else maybe)[fact] += 1
+            received = Counter(
+                (a["id"], a["description"], a["point"], a.get("aborted", False))
+                for a in sink.received
+            )
+            for key in set(expected) | set(maybe) | set(received):
+                assert expected[key] <= received[key] <= expected[key] + maybe[key], (
+                    f"watcher {sink.number}: {key} received {received[key]} "
+                    f"times, expected {expected[key]} (+{maybe[key]} maybe)"
+                )
+
+
+GateModel.TestCase.settings = settings(
+    max_examples=EXAMPLES,
+    stateful_step_count=STEPS,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+TestGateModel = GateModel.TestCase
