@@ -71,6 +71,8 @@ class Driver:
     def _read_log(self):
         try:
             text = self.port.lookup_kvs(holdlog.KEY)
+        except RuntimeError:
+            text = ""
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return {}
@@ -179,4 +181,3 @@ class Driver:
         self.gate.suspend()
         self.port.close()
         self.state.gate = self.gate
-

@@ -33,7 +33,15 @@ import os
 
 import cffi
 
-from flux_epilog_gate.gate import CLEANUP, DEPEND, INACTIVE, NEW, RUN, SCHED
+from flux_epilog_gate.gate import (
+    CLEANUP,
+    DEPEND,
+    INACTIVE,
+    NEW,
+    PRIORITY,
+    RUN,
+    SCHED,
+)
 from flux_epilog_gate.holdlog import MARKER
 
 _ffi = cffi.FFI()
@@ -157,6 +165,12 @@ class FakeJobManager:
             if job.state != INACTIVE:
                 jm.jobs[jobid] = job
         for job in list(jm.jobs.values()):
+            # The dependency check and the priority plugin take a job
+            # that a crash sent back on its way to SCHED again.
+            if job.state == DEPEND:
+                jm.post(job, "depend")
+            if job.state == PRIORITY:
+                jm.post(job, "priority", {"priority": 16})
             jm._action(job)
         return jm
 
@@ -211,8 +225,8 @@ class FakeJobManager:
         if name == "submit":
             job.state = DEPEND
         elif name == "depend" and job.state == DEPEND:
-            job.state = 4  # PRIORITY
-        elif name == "priority" and job.state == 4:
+            job.state = PRIORITY
+        elif name == "priority" and job.state == PRIORITY:
             job.state = SCHED
         elif name == "exception":
             if job.state not in (NEW, INACTIVE) and context.get("severity") == 0:

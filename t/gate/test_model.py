@@ -49,6 +49,10 @@ TIMEOUTS = {"a": None, "b": None, "t": 5.0}
 #: Description of the holds that fill the log up to a snapshot.
 CHURN = "churn"
 
+#: Appends between snapshots of the hold log, for the run (holdlog.py's
+#: MAX_APPENDS): small, so that snapshots come amid ordinary traffic.
+SNAPSHOT_EVERY = 8
+
 MAX_JOBS = 4
 USER = 1000
 EXAMPLES = int(os.environ.get("GATE_MODEL_EXAMPLES", "300"))
@@ -76,27 +80,44 @@ class Kept:
         self.deadline = deadline
 
 
-def _starts(job):
-    """The gate's perilog actions left open by the job's eventlog:
+class Pairing:
+    """The gate's perilog actions in a job's eventlog: those left open,
     ``{(kind, description): count}``, and what is wrong with their
-    pairing."""
-    open_ = Counter()
-    wrong = []
-    for _, name, context in job.eventlog:
-        kind, _, what = name.partition("-")
-        if kind not in ("epilog", "prolog") or not context.get(MARKER):
-            continue
-        key = (kind, context["description"])
-        if what == "start":
-            if open_[key] and key[1] != RECOVERY_DESCRIPTION:
-                wrong.append(f"second {name} {key[1]} before its finish")
-            open_[key] += 1
-        elif what == "finish":
-            if not open_[key]:
-                wrong.append(f"{name} {key[1]} with no start")
-            else:
-                open_[key] -= 1
-    return +open_, wrong
+    pairing (a second start before the finish, a finish with no start)."""
+
+    def __init__(self):
+        self.open = Counter()
+        self.wrong = []
+        self.seen = 0
+
+    def feed(self, entries):
+        for _, name, context in entries:
+            self.seen += 1
+            kind, _, what = name.partition("-")
+            if kind not in ("epilog", "prolog") or not context.get(MARKER):
+                continue
+            key = (kind, context["description"])
+            if what == "start":
+                if self.open[key] and key[1] != RECOVERY_DESCRIPTION:
+                    self.wrong.append(f"second {name} {key[1]} before its finish")
+                self.open[key] += 1
+            elif what == "finish":
+                if not self.open[key]:
+                    self.wrong.append(f"{name} {key[1]} with no start")
+                else:
+                    self.open[key] -= 1
+
+    def opened(self):
+        return [key for key, count in self.open.items() if count > 0]
+
+
+def _pairing(job):
+    """The job's :class:`Pairing`, up to date with its eventlog."""
+    pairing = getattr(job, "pairing", None)
+    if pairing is None:
+        pairing = job.pairing = Pairing()
+    pairing.feed(job.eventlog[pairing.seen :])
+    return pairing
 
 
 class GateModel(RuleBasedStateMachine):
@@ -117,7 +138,11 @@ class GateModel(RuleBasedStateMachine):
         self.sinks = []
         self.violations = []
         self.driver = None
+        self.max_appends, holdlog.MAX_APPENDS = holdlog.MAX_APPENDS, SNAPSHOT_EVERY
         self._load(Carried())
+
+    def teardown(self):
+        holdlog.MAX_APPENDS = self.max_appends
 
     # Observing the job-manager (called by FakeJobManager)
 
@@ -132,7 +157,7 @@ class GateModel(RuleBasedStateMachine):
             point = EPILOG if name == "epilog-start" else PROLOG
             self.facts.append(((job.id, description, point, False), True))
         if job.state == CLEANUP and old != CLEANUP:
-            opened, _ = _starts(job)
+            opened = _pairing(job).opened()
             for kind, description in opened:
                 if kind == "prolog" and description != RECOVERY_DESCRIPTION:
                     fact = (job.id, description, PROLOG, True)
@@ -192,7 +217,14 @@ class GateModel(RuleBasedStateMachine):
         self._end_streams("restart")
         self.jm.flush()
         self.kvs.apply_all()
-        self.jm = FakeJobManager.restart(self.kvs, self.clock, self)
+        self._restarted(FakeJobManager.restart(self.kvs, self.clock, self))
+
+    def _restarted(self, jm):
+        self.jm = jm
+        # A job that the crash sent back before RUN will be started anew.
+        for job in jm.jobs.values():
+            if job.state < RUN:
+                self.start_requested.discard(job.id)
         self._load(Carried())
 
     @rule()
@@ -202,8 +234,7 @@ class GateModel(RuleBasedStateMachine):
         self.driver.port.close()
         self._end_streams("crash")
         self.kvs.crash()
-        self.jm = FakeJobManager.restart(self.kvs, self.clock, self)
-        self._load(Carried())
+        self._restarted(FakeJobManager.restart(self.kvs, self.clock, self))
 
     # Jobs
 
@@ -328,7 +359,7 @@ class GateModel(RuleBasedStateMachine):
         sink.expected = Counter()
         sink.maybe = Counter()
         for job in self.jm.active():
-            opened, _ = _starts(job)
+            opened = _pairing(job).opened()
             for kind, description in opened:
                 if description == RECOVERY_DESCRIPTION:
                     continue
@@ -421,7 +452,7 @@ class GateModel(RuleBasedStateMachine):
             if self._progress() == before:
                 break
         stuck = {
-            job.id: (job.state, job.perilog, _starts(job)[0])
+            job.id: (job.state, job.perilog, dict(_pairing(job).open))
             for job in self.jm.active()
         }
         assert not stuck, f"jobs that never go inactive: {stuck}"
@@ -446,14 +477,13 @@ class GateModel(RuleBasedStateMachine):
                 continue
             job = self.jm.jobs.get(jobid)
             assert job is not None and job.state != INACTIVE, (
-                f"job {jobid} is gone while acknowledged hold {description} "
-                "keeps it"
+                f"job {jobid} is gone while acknowledged hold {description} " "keeps it"
             )
 
     @invariant()
     def one_finish_per_start(self):
         for job in self.jm.jobs.values():
-            _, wrong = _starts(job)
+            wrong = _pairing(job).wrong
             assert not wrong, f"job {job.id}: {wrong}"
 
     @invariant()
