@@ -71,8 +71,6 @@ class Driver:
     def _read_log(self):
         try:
             text = self.port.lookup_kvs(holdlog.KEY)
-        except RuntimeError:
-            text = ""
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 return {}
