@@ -27,8 +27,10 @@ RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 #: an exception inside the job-manager is contained (tests only).  With
 #: ``init`` (Python's start-up of the instance) and ``plugin-init`` (the end
 #: of ``flux_plugin_init``, in C) the load itself fails: both are read from
-#: the load options.
-FAULTS = ("request", "job", "query", "init", "plugin-init")
+#: the load options.  ``slow-recovery`` is no fault: it delays each read
+#: of an eventlog at load, so that tests can send requests while the gate
+#: is still recovering.
+FAULTS = ("request", "job", "query", "init", "plugin-init", "slow-recovery")
 
 #: The job-manager counts perilog actions in a uint8: stay well below it.
 MAX_HOLDS_LIMIT = 200

@@ -55,14 +55,20 @@ becomes of the plugin; the requests still waiting are answered with
 again, it is idempotent), the queued records are sent, and a gate taken
 over by the next load writes every record that was not confirmed again.
 
-**Snapshots.**  Every :data:`MAX_APPENDS` appends the log is replaced by
-a snapshot: a hold entry for every current hold, and the release
-entries of the last :data:`RELEASE_GRACE` seconds.  The job-manager
+**Snapshots.**  Every :data:`MAX_APPENDS` appends, and whenever the
+value has grown past :data:`MAX_BYTES` (or past twice the last snapshot,
+if that is larger: many live holds), the log is replaced by a snapshot:
+a hold entry for every current hold, and the release entries of the last
+:data:`RELEASE_GRACE` seconds.  The value thus stays under the larger of
+:data:`MAX_BYTES` and twice what the live holds take, plus one batch,
+however many holds come and go.  The job-manager
 sends the batch that carries a release's ``epilog-finish`` within its
 event batch timeout (10 ms); a synced commit sent after that checkpoints
 it too, since the KVS applies one sender's commits in order.  Older
 release entries are no longer needed, nor are cancel entries (the
-snapshot drops the cancelled hold's entry with them).
+snapshot drops the cancelled hold's entry with them).  A snapshot with
+nothing to keep writes a blank line: flux-core reads an empty value back
+as no value at all.
 
 This module is plain Python; it reaches the KVS through the gate's port
 (``kvs_commit(key, text, append, callback, sync)``).
@@ -74,6 +80,7 @@ import syslog
 from collections import deque
 
 from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .logparse import ENTRY_NAMES, parse  # noqa: F401 - the log's reader
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -86,12 +93,13 @@ MARKER = "epilog_gate"
 #: value, which the KVS rewrites on every append.
 MAX_APPENDS = 256
 
+#: Bytes of the value past which the next commit is a snapshot (unless
+#: the last snapshot was more than half of that: then twice its size).
+MAX_BYTES = 256 * 1024
+
 #: Seconds a release entry is kept by snapshots: far longer than the
 #: job-manager takes to send the event batch with its ``epilog-finish``.
 RELEASE_GRACE = 2.0
-
-#: Entry names the log may contain.
-ENTRY_NAMES = frozenset((HOLD_EVENT, CANCEL_EVENT, RELEASE_EVENT))
 
 
 class NotConfirmed(OSError):
@@ -141,30 +149,6 @@ def _line(timestamp, name, context):
     return json.dumps(entry, separators=(",", ":")) + "\n"
 
 
-def parse(text):
-    """Entries of the log ``text`` by job: ``{id: [(timestamp, name,
-    context)]}``, with ``context`` as in the job's eventlog (no ``id``).
-    Lines that cannot be understood are skipped and counted: returns
-    ``(jobs, skipped)``."""
-    jobs = {}
-    skipped = 0
-    for line in (text or "").splitlines():
-        if not line.strip():
-            continue
-        try:
-            entry = json.loads(line)
-            context = dict(entry["context"])
-            jobid = context.pop("id")
-            item = (float(entry["timestamp"]), entry["name"], context)
-            if not isinstance(jobid, int) or item[1] not in ENTRY_NAMES:
-                raise ValueError(line)
-        except (ValueError, KeyError, TypeError):
-            skipped += 1
-            continue
-        jobs.setdefault(jobid, []).append(item)
-    return jobs, skipped
-
-
 class HoldLog:
     """Records of holds, group-committed to :data:`KEY` with a sync.
 
@@ -190,6 +174,10 @@ class HoldLog:
         self.sync = True
         self.appends = 0
         self.commits = 0
+        # Bytes of the value as this gate wrote it (or read it at load),
+        # and of the last snapshot.
+        self.size = 0
+        self.snapshot_size = 0
 
     # Records
 
@@ -236,18 +224,27 @@ class HoldLog:
         self._send()
 
     def _send(self):
-        live = self.holds() if self.appends >= MAX_APPENDS else None
+        live = self.holds() if self._due() else None
         if live is not None:
             text, append = self._snapshot(live), False
             self.appends = 0
+            self.size = self.snapshot_size = len(text)
         else:
             text, append = "".join(self.sent), True
             self.appends += 1
+            self.size += len(text)
         self.commits += 1
         try:
             self.port.kvs_commit(KEY, text, append, self._committed, sync=self.sync)
         except OSError as exc:
             self._committed(exc)
+
+    def _due(self):
+        """True if the next commit should be a snapshot (by count or by
+        bytes: the KVS rewrites the value's references on every append)."""
+        return self.appends >= MAX_APPENDS or self.size >= max(
+            MAX_BYTES, 2 * self.snapshot_size
+        )
 
     def _forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""
@@ -258,7 +255,8 @@ class HoldLog:
     def _snapshot(self, live):
         self._forget_releases(self.port.now())
         releases = [line for _, line in self.recent]
-        return "".join([hold_entry(hold) for hold in live] + releases)
+        # Never empty: an empty value reads back as NULL.
+        return "".join([hold_entry(hold) for hold in live] + releases) or "\n"
 
     def _committed(self, error):
         if error is not None and error.errno == errno.ENOSYS and self.sync:

@@ -20,16 +20,16 @@ an instance of its own, which takes over only once the load is committed
 """
 
 import errno
-import syslog
 
-from . import holdlog, protocol
+from . import protocol
 from .config import Config, ConfigError
 from .errors import GateError
-from .gate import CLEANUP, INACTIVE, NEW, RUN, Gate
+from .gate.loader import Load
 from .holds import EPILOG
 from .jobtap.plugin import (
     Plugin,
     Refused,
+    RequestError,
     internal_error,
     job_topic,
     plugin_topic,
@@ -40,6 +40,14 @@ from .shutdown import BROKER_SHUTDOWN, Shutdown
 
 #: Error text that ends watch streams when the plugin goes away.
 UNLOADED = "epilog-gate was unloaded: watch again"
+
+#: Error text of a request that waited on recovery when the plugin went
+#: away.
+UNLOADED_WAITING = "epilog-gate was unloaded while recovering: send it again"
+
+#: Seconds ``debug-fault=slow-recovery`` delays each eventlog read of a
+#: load by.
+SLOW_RECOVERY = 3.0
 
 
 def _answers_refusals(handler):
@@ -54,6 +62,28 @@ def _answers_refusals(handler):
             request.error(exc.errnum, exc.message)
         except ValueError as exc:
             request.error(errno.EPROTO, f"{request.method}: malformed payload: {exc}")
+
+    wrapper.__name__ = handler.__name__
+    wrapper.__doc__ = handler.__doc__
+    return wrapper
+
+
+def _after_recovery(handler):
+    """A request handler that runs once the gate's view is complete: a
+    request that arrives while the gate is still recovering waits (see
+    :meth:`flux_epilog_gate.gate.loader.Load.when_ready`)."""
+
+    def wrapper(self, request):
+        if self.load.ready:
+            handler(self, request)
+            return
+        waiting = request.detach()
+        self.load.when_ready(
+            lambda: self._run_waiting(handler, waiting),
+            lambda: waiting.error(
+                errno.EAGAIN, f"{waiting.method}: {UNLOADED_WAITING}"
+            ),
+        )
 
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__
@@ -76,12 +106,9 @@ class EpilogGatePlugin(Plugin):
         super().__init__(jobtap)
         self.gate = None
         self.shutdown = None
-        self.recovering = False
-        self.carried = None
+        #: This instance's load (gate.loader.Load), once committed.
+        self.load = None
         self._load_timer = None
-        self.seen = set()
-        # Entries of the hold log by job, or None if it could not be read.
-        self.log = {}
         if self.jobtap.load_options().get("debug-fault") == "init":
             raise RuntimeError("debug-fault=init: injected failure")
 
@@ -93,12 +120,12 @@ class EpilogGatePlugin(Plugin):
         """Take over as the gate of this job-manager: the load succeeds.
 
         The gate of a removed instance is carried over; a new job-manager
-        starts a gate of its own and recovers the jobs the hold log names.
-        If anything here fails, the load fails and nothing has changed.
+        starts a gate of its own and recovers the jobs the hold log names
+        (see :class:`~flux_epilog_gate.gate.loader.Load`).  If anything
+        here fails, the load fails and nothing has changed.
         """
         carried = _State.carried if self.jobtap.seen_jobmanager() else None
-        if carried is None or any(job.recovering for job in carried.jobs.values()):
-            self.log = self._read_log()
+        load = Load(self.jobtap, carried, delay=self._recovery_delay())
         self.register()
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
@@ -106,37 +133,21 @@ class EpilogGatePlugin(Plugin):
         self.forward(new=True, depend=bool(config.rules))
         self._load_timer = self.jobtap.timer(0.0, self._loaded)
         # Nothing below can fail.
-        if carried is not None:
-            carried.attach(self.jobtap)
-            self.gate = carried
-        else:
-            self.gate = Gate(self.jobtap)
-        self.gate.reconfigure(config)
+        self.load = load
+        self.gate = load.begin(config)
         self.shutdown = Shutdown(self.gate, self.jobtap)
-        self.carried = carried
-        self.recovering = carried is None
         _State.carried = None
         _State.host = self
         # Last: the broker's state streams to the committed instance only.
         self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
 
-    def _read_log(self):
-        """The hold log, read at once: only the jobs it names can have
-        holds (see holdlog.py).  None if it cannot be read: then every job
-        that may be at its epilog point is recovered."""
-        try:
-            text = self.jobtap.lookup_kvs(holdlog.KEY)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return {}
-            self.jobtap.log(syslog.LOG_ERR, f"reading {holdlog.KEY}: {exc}")
-            return None
-        log, skipped = holdlog.parse(text)
-        if skipped:
-            self.jobtap.log(
-                syslog.LOG_ERR, f"{holdlog.KEY}: skipped {skipped} malformed entries"
-            )
-        return log
+    def _recovery_delay(self):
+        """Seconds each eventlog read of the load waits: 0, or with
+        ``debug-fault=slow-recovery`` (tests) long enough for requests to
+        arrive while the gate is still recovering."""
+        if self.jobtap.load_options().get("debug-fault") == "slow-recovery":
+            return SLOW_RECOVERY
+        return 0.0
 
     def forward(self, new=False, depend=False):
         """Send every job's job.new / job.state.depend, not only those of
@@ -199,49 +210,11 @@ class EpilogGatePlugin(Plugin):
         self.gate.on_run(job.id)
 
     def _on_new(self, jobid, state, userid):
-        if state == NEW:
-            return
-        self.seen.add(jobid)
-        if self.carried is not None:
-            if self.gate.retrack(jobid, state):
-                self._recover(jobid)
-        elif self.recovering and (self.log is None or jobid in self.log):
-            self.gate.begin_recovery(jobid, userid)
-            self._recover(jobid)
-
-    def _recover(self, jobid):
-        """Rebuild the holds of a job: from its entries in the hold log, and
-        its eventlog if it may have active holds or has entries."""
-        try:
-            state, _ = self.jobtap.job_info(jobid)
-        except OSError:
-            state = INACTIVE
-        entries = (self.log or {}).get(jobid, [])
-        if not entries and state not in (RUN, CLEANUP):
-            self.gate.end_recovery(jobid, [])
-            return
-        self.jobtap.read_eventlog(
-            jobid, lambda events, error: self._recovered(jobid, entries, events, error)
-        )
-
-    def _recovered(self, jobid, entries, events, error):
-        if self.jobtap.p is None:
-            return
-        if error is not None:
-            self.jobtap.log(
-                syslog.LOG_ERR, f"recovering job {jobid}: eventlog lookup: {error}"
-            )
-            events = []
-        # A stable sort: at equal times a log entry comes first.
-        self.gate.end_recovery(jobid, sorted(entries + events, key=lambda e: e[0]))
+        self.load.on_new(jobid, state, userid)
 
     def _loaded(self):
         self._load_timer = None
-        if self.carried is not None:
-            self.gate.resume(self.seen)
-            self.carried = None
-        self.recovering = False
-        self.seen = set()
+        self.load.loaded()
         self.forward(depend=bool(self.gate.config.rules))
 
     # Plugin callbacks
@@ -281,10 +254,12 @@ class EpilogGatePlugin(Plugin):
     # Requests
 
     @request("disconnect", guests=True)
+    @_after_recovery
     def disconnect(self, request):
         self.gate.unwatch(lambda sink: self.jobtap.disconnect_match(request.msg, sink))
 
     @request("hold", guests=True, c_handler="gate_hold_cb")
+    @_after_recovery
     @_answers_refusals
     def hold_request(self, request):
         """The general path of ``hold`` (the owner's well-formed requests
@@ -295,12 +270,14 @@ class EpilogGatePlugin(Plugin):
         self.hold(request.msg, *parsed, point=protocol.parse_hold_point(payload))
 
     @request("release", guests=True, c_handler="gate_release_cb")
+    @_after_recovery
     @_answers_refusals
     def release_request(self, request):
         _require_owner("release", request.owner)
         self.release(request.msg, *protocol.parse_release(request.payload))
 
     @request("list", guests=True)
+    @_after_recovery
     @_answers_refusals
     def list_request(self, request):
         payload = request.payload
@@ -309,6 +286,7 @@ class EpilogGatePlugin(Plugin):
         self.jobtap.send(request.msg, {"holds": holds})
 
     @request("watch", guests=True)
+    @_after_recovery
     @_answers_refusals
     def watch_request(self, request):
         if not self.jobtap.is_streaming(request.msg):
@@ -341,24 +319,41 @@ class EpilogGatePlugin(Plugin):
     def fast_hold(self, msg, jobid, description, timeout):
         self._decoded(
             msg,
-            lambda: self.hold(
-                msg,
-                jobid,
+            lambda: (
                 self.jobtap.ffi.string(description).decode(),
                 None if timeout < 0 else timeout,
+            ),
+            lambda msg, description, timeout: self.hold(
+                msg, jobid, description, timeout
             ),
         )
 
     def fast_release(self, msg, jobid, description, status):
         self._decoded(
             msg,
-            lambda: self.release(
-                msg, jobid, self.jobtap.ffi.string(description).decode(), status
-            ),
+            lambda: (self.jobtap.ffi.string(description).decode(),),
+            lambda msg, description: self.release(msg, jobid, description, status),
         )
 
-    def _decoded(self, msg, handle):
-        """A request decoded in C: ``handle()`` answers it."""
+    def _decoded(self, msg, decode, handle):
+        """A request decoded in C: ``handle(msg, *decode())`` answers it,
+        once the gate's view is complete (``decode`` runs now: C's strings
+        do not outlive this call)."""
+        try:
+            values = decode()
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, msg)
+            return
+        if self.load.ready:
+            self._answer_decoded(msg, lambda: handle(msg, *values))
+            return
+        kept = self.jobtap.keep_request(msg)
+        self.load.when_ready(
+            lambda: self._answer_decoded(kept, lambda: handle(kept, *values)),
+            lambda: self.jobtap.respond_error(kept, errno.EAGAIN, UNLOADED_WAITING),
+        )
+
+    def _answer_decoded(self, msg, handle):
         try:
             self.fault("request")
             handle()
@@ -366,6 +361,18 @@ class EpilogGatePlugin(Plugin):
             self.jobtap.respond_error(msg, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(self, msg)
+
+    def _run_waiting(self, handler, request):
+        """Run the handler of a request that waited on recovery, as the
+        runtime would have."""
+        if self.jobtap.p is None:
+            return
+        try:
+            handler(self, request)
+        except RequestError as exc:
+            request.error(exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, request.msg)
 
     # Both paths end here: the general one once Python has checked the
     # payload, the owner's well-formed requests straight from C.
@@ -415,6 +422,7 @@ class EpilogGatePlugin(Plugin):
             self.discard()
             return
         _State.host = None
+        self.load.close()
         self._suspend()
         _State.carried = self.gate
 

@@ -15,6 +15,11 @@
 - the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
   and records it in ``commits`` (with :attr:`defer_commits` set, commits
   wait in ``pending_commits`` until :meth:`complete_commit`);
+- ``kvs_get`` answers the dict's value as bytes (a value may also be
+  set to bytes, to store what is not text); ``read_eventlog`` answers
+  :attr:`eventlogs` (``{id: [(timestamp, name, context)]}``, default
+  empty) at once, or with :attr:`defer_eventlogs` set, once
+  :meth:`complete_eventlog` is called;
 - ``restartable()`` answers :attr:`FakePort.restart`; ``abort_cleanup()``
   counts its calls in :attr:`FakePort.aborted`; ``cancel()`` records a
   ``("cancel", {"note": ...})`` and puts a running job in CLEANUP (fails
@@ -95,6 +100,9 @@ class FakePort:
         self.run_wanted = set()
         self.restart = True
         self.aborted = 0
+        self.eventlogs = {}
+        self.defer_eventlogs = False
+        self.pending_eventlogs = []
 
     # Driving the fake from a test
 
@@ -140,6 +148,15 @@ class FakePort:
             return
         self._apply(key, text, append)
         callback(None)
+
+    def complete_eventlog(self, error=None):
+        """The oldest deferred eventlog read answers: with the job's
+        :attr:`eventlogs`, or failed with errno ``error``."""
+        jobid, callback = self.pending_eventlogs.pop(0)
+        if error is not None:
+            callback(None, OSError(error, os.strerror(error)))
+            return
+        callback(list(self.eventlogs.get(jobid, [])), None)
 
     def kill(self, sink):
         """The watcher behind ``sink`` disconnected."""
@@ -267,8 +284,22 @@ class FakePort:
         callback(None)
 
     def _apply(self, key, text, append):
-        self.kvs[key] = (self.kvs.get(key, "") if append else "") + text
+        old = self.kvs.get(key, "") if append else ""
+        self.kvs[key] = old + (text.encode() if isinstance(old, bytes) else text)
         self.commits.append((key, text, append))
+
+    def kvs_get(self, key):
+        self._maybe_fail("kvs_get")
+        value = self.kvs.get(key)
+        if value is None or isinstance(value, bytes):
+            return value
+        return value.encode("utf-8", "surrogateescape")
+
+    def read_eventlog(self, jobid, callback):
+        if self.defer_eventlogs:
+            self.pending_eventlogs.append((jobid, callback))
+            return
+        callback(list(self.eventlogs.get(jobid, [])), None)
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, delay, callback)

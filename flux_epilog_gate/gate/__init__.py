@@ -37,6 +37,14 @@ through a *port*, an object with these methods (the real one is
     write (or with ``append``, append) ``text`` to KVS key ``key``
     without blocking (with ``sync``, checkpointed before it answers);
     later call ``callback(error)``, with None on success
+``kvs_get(key)``
+    the value of KVS key ``key`` as bytes (``b""`` if empty), waited for;
+    None if there is no such key; raises OSError on other failures.  For
+    the load only (:mod:`~flux_epilog_gate.gate.loader`)
+``read_eventlog(id, callback)``
+    read the job's eventlog without blocking; later call
+    ``callback(events, error)`` exactly once: a list of ``(timestamp,
+    name, context)``, or None and an OSError
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran, point[,
     aborted]}``) to a watcher; returns False if the watcher is gone
@@ -46,6 +54,16 @@ through a *port*, an object with these methods (the real one is
 What the gate does at shutdown (:mod:`flux_epilog_gate.shutdown`) needs
 two more, documented there.
 
+A load is a :class:`~flux_epilog_gate.gate.loader.Load` on the port:
+``Load(port, carried)`` reads the hold log (never fails), ``begin(config)``
+returns the gate (a new one, or ``carried``, the gate of the plugin
+instance removed from the same job-manager), ``on_new(id, state,
+userid)`` is each job.new of the load, ``loaded()`` says they are all
+seen, and ``when_ready(run, refuse)`` runs a request once every job is
+recovered (``close()`` at unload refuses those still waiting).  So a
+restart, a reload or a crash can be driven through the port alone: a
+crash keeps only what the KVS holds, a reload carries the gate over.
+
 The gate is one :class:`Gate`, each of its concerns in a module of this
 package:
 
@@ -53,6 +71,8 @@ package:
 ``requests``       hold, release, list; the holds of configured rules
 ``epilog``         the job-manager callbacks and the epilog point
 ``finish``         how a hold ends (release, timeout, withdrawal, shutdown)
+``loader``         a load: the hold log read, jobs recovered, requests
+                   kept waiting until the gate's view is complete
 ``recovery``       rebuilding holds from the hold log and the eventlog
 ``reload``         going from one plugin instance to the next
 ``timeouts``       the timers of active holds

@@ -176,6 +176,10 @@ class Prologs:
                 self._want_run(job)
         self._end_recovery_prologs(job)
 
+    def abandon_recovery(self, job):
+        """Recovering ``job`` failed: end the gate's own prolog actions."""
+        self._end_recovery_prologs(job)
+
     # Internals
 
     def activate(self, job, hold):

@@ -77,12 +77,45 @@ class Recovery:
         job.recovering = False
         return seen, unfinished
 
+    def abandon_recovery(self, jobid):
+        """Recovering a job failed: carry on with what is known of it, and
+        let it go on (its recovery actions end)."""
+        job = self.jobs.get(jobid)
+        if job is None or not job.recovering:
+            return
+        job.recovering = False
+        try:
+            state, _ = self.port.job_info(jobid)
+        except OSError:
+            self.on_inactive(jobid)
+            return
+        try:
+            self._carry_on(job, state, [])
+        except Exception as exc:  # noqa: BLE001 - the job must go on
+            self.port.log(
+                syslog.LOG_ERR,
+                f"{f58(jobid)}: carrying on after recovery: "
+                f"{type(exc).__name__}: {exc}",
+            )
+            if job.recovery_epilog:
+                job.recovery_epilog = False
+                self._post_finish(job.id, RECOVERY_DESCRIPTION, 0)
+            self.prolog.abandon_recovery(job)
+            if not job.holds:
+                self._untrack(job)
+
     def _carry_on(self, job, state, unfinished):
         """The job's holds are known again: take each where it left off."""
+        # No watcher can have been told of these: the job's holds were
+        # unknown until now.
+        found = [hold for hold in job.holds.values() if hold.state == ACTIVE]
         self.prolog.recovered(job, state)
         for hold in job.holds.values():
             if hold.state == ACTIVE:
                 self._arm_timer(hold)
+        for hold in found:
+            if job.holds.get(hold.description) is hold and hold.state == ACTIVE:
+                self._notify(hold)
         if self._past_point(job, state):
             self._reach_point(job)
         # After the pending holds became active: these finishes may let

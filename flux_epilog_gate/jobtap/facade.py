@@ -237,20 +237,31 @@ class Jobtap:
 
         future.then(self.contained("kvs commit", done))
 
-    def lookup_kvs(self, key):
-        """Look up KVS ``key`` and wait for its value (text); raise
-        OSError.  For the load only, as the job-manager reads its own
-        state at start."""
+    def kvs_get(self, key):
+        """The value of KVS ``key`` as bytes, waited for (for the load
+        only, as the job-manager reads its own state at start): ``b""``
+        for an empty value, None if there is no such key; raises OSError
+        on any other failure."""
         future = Future(
             raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key.encode())
         )
-        value = flux_ffi.new("char *[1]")
-        raw.flux_kvs_lookup_get(future.pimpl.handle, value)
-        return flux_ffi.string(value[0]).decode()
+        data = flux_ffi.new("const void *[1]")
+        size = flux_ffi.new("size_t *")
+        try:
+            raw.flux_kvs_lookup_get_raw(future.pimpl.handle, data, size)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        # An empty value comes back as NULL.
+        if data[0] == flux_ffi.NULL or size[0] == 0:
+            return b""
+        return bytes(flux_ffi.buffer(data[0], size[0]))
 
     def read_kvs(self, key, callback):
         """Look up KVS ``key`` without blocking; later call
-        ``callback(text, error)``: the value, or None and an OSError."""
+        ``callback(data, error)`` exactly once: the value as bytes (``b""``
+        if empty), or None and an OSError."""
         future = Future(
             raw.flux_kvs_lookup(self.flux.handle, flux_ffi.NULL, 0, key.encode())
         )
@@ -258,23 +269,28 @@ class Jobtap:
 
         def done(future):
             self._lookups.discard(future)
+            data = flux_ffi.new("const void *[1]")
+            size = flux_ffi.new("size_t *")
             try:
-                value = flux_ffi.new("char *[1]")
-                raw.flux_kvs_lookup_get(future.pimpl.handle, value)
+                raw.flux_kvs_lookup_get_raw(future.pimpl.handle, data, size)
             except OSError as exc:
                 callback(None, exc)
                 return
-            callback(flux_ffi.string(value[0]).decode(), None)
+            if data[0] == flux_ffi.NULL or size[0] == 0:
+                callback(b"", None)
+                return
+            callback(bytes(flux_ffi.buffer(data[0], size[0])), None)
 
         future.then(self.contained("kvs lookup", done))
 
     def read_eventlog(self, jobid, callback):
         """Look up the job's eventlog without blocking; later call
-        ``callback(events, error)`` with a list of
-        ``(timestamp, name, context)``, or None and an OSError."""
+        ``callback(events, error)`` exactly once, with a list of
+        ``(timestamp, name, context)``, or None and an OSError.  Lines that
+        are not eventlog entries are left out."""
 
-        def done(text, error):
-            callback(None if error else _parse_eventlog(text), error)
+        def done(data, error):
+            callback(None if error else _parse_eventlog(data), error)
 
         self.read_kvs(f"{JobID(jobid).kvs}.eventlog", done)
 
@@ -399,10 +415,14 @@ class Jobtap:
         )
 
 
-def _parse_eventlog(text):
+def _parse_eventlog(data):
     events = []
-    for line in text.splitlines():
-        if line.strip():
+    for line in data.decode("utf-8", "replace").splitlines():
+        if not line.strip():
+            continue
+        try:
             event = EventLogEvent(line)
-            events.append((event.timestamp, event.name, event.context))
+            events.append((float(event.timestamp), event.name, dict(event.context)))
+        except Exception:  # noqa: BLE001 - a line that is no entry is left out
+            continue
     return events

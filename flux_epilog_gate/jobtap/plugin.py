@@ -179,6 +179,39 @@ class Request:
         """A reference on the message that outlives the handler."""
         return self._jobtap.keep_request(self.msg)
 
+    def detach(self):
+        """This request as an object that outlives the handler (to answer
+        it later): its message kept, its payload decoded now."""
+        return DetachedRequest(self)
+
+
+class DetachedRequest(Request):
+    """A :class:`Request` whose handler runs later (see
+    :meth:`Request.detach`)."""
+
+    __slots__ = ("_payload", "_problem")
+
+    def __init__(self, request):
+        super().__init__(
+            request._jobtap,
+            request.method,
+            request.keep(),
+            request.userid,
+            request.rolemask,
+            None,
+        )
+        self._payload = self._problem = None
+        try:
+            self._payload = request.payload
+        except ValueError as exc:
+            self._problem = exc
+
+    @property
+    def payload(self):
+        if self._problem is not None:
+            raise self._problem
+        return self._payload
+
 
 class Plugin:
     """Base class of a jobtap plugin written in Python.

@@ -1,0 +1,212 @@
+"""Loading the gate into a job-manager: which gate, what the hold log
+says, which jobs to recover, and when the gate knows enough to answer.
+
+A :class:`Load` is made for each load of the plugin.  A new job-manager
+(module reload, instance restart, or a first load) makes a new gate,
+reads the hold log at once (:func:`read_log`, which never fails, see
+:mod:`flux_epilog_gate.logparse`) and rebuilds the holds of the jobs it
+names from their entries and eventlogs; other jobs never see the gate.
+A load into the job-manager where an earlier instance ran takes that
+instance's gate over (``carried``) and only re-reads what it was still
+recovering.
+
+The job-manager calls ``job.new`` for every active job right after the
+load; :meth:`Load.on_new` starts each job's recovery, :meth:`Load.loaded`
+says that every such call has been made.  Until that has happened and
+every eventlog read has answered, the gate's view is partial:
+:meth:`Load.when_ready` keeps requests waiting until it is complete.
+
+Plain Python: the job-manager is reached through the gate's port
+(``kvs_get``, ``read_eventlog``, ``job_info``, ``log``; see
+:mod:`flux_epilog_gate.gate`).
+"""
+
+import syslog
+from collections import deque
+
+from ..holdlog import KEY
+from ..logparse import parse
+from .states import CLEANUP, INACTIVE, NEW, RUN
+
+#: Skipped lines of the hold log named one log line each, at most; the
+#: others are counted in one more line.
+SKIPPED_LOGGED = 20
+
+
+def read_log(port):
+    """Read the hold log: ``(jobs, size)``, ``jobs`` its entries by job
+    (see :func:`flux_epilog_gate.logparse.parse`), or None if the log
+    cannot be read (then every job that may be at its epilog point is
+    recovered from its eventlog), and ``size`` the bytes of its value.
+    Each line that is not an entry is logged, naming it.  Never raises."""
+    try:
+        data = port.kvs_get(KEY)
+    except Exception as exc:  # noqa: BLE001 - the load must go on
+        port.log(
+            syslog.LOG_ERR,
+            f"reading {KEY}: {exc}: recovering every job from its eventlog",
+        )
+        return None, 0
+    jobs, skipped = parse(data)
+    for bad in skipped[:SKIPPED_LOGGED]:
+        port.log(syslog.LOG_ERR, f"{KEY}: skipped {bad}")
+    if len(skipped) > SKIPPED_LOGGED:
+        port.log(
+            syslog.LOG_ERR,
+            f"{KEY}: skipped {len(skipped) - SKIPPED_LOGGED} more lines "
+            f"({len(skipped)} in all) that are not hold log entries",
+        )
+    return jobs, len(data or b"")
+
+
+class Load:
+    """One load of the gate into a job-manager through ``port``.
+
+    ``carried`` is the gate a removed plugin instance left in this same
+    job-manager, or None; ``delay``, seconds each eventlog read waits
+    (0: none).  The hold log is read here, at once (only when
+    it is needed: a carried gate that recovers nothing knows every hold).
+    """
+
+    def __init__(self, port, carried=None, delay=0.0):
+        self.port = port
+        self.carried = carried
+        # Seconds each eventlog read waits (tests: debug-fault=slow-recovery).
+        self.delay = delay
+        self.gate = None
+        #: Entries of the hold log by job, or None if it could not be read.
+        self.log = {}
+        self.log_size = 0
+        if carried is None or any(job.recovering for job in carried.jobs.values()):
+            self.log, self.log_size = read_log(port)
+        # Jobs the job-manager sent job.new for (a carried gate forgets
+        # the others: they went inactive while no plugin was loaded).
+        self.seen = set()
+        # Jobs whose eventlog is being read.
+        self.reading = set()
+        self.started = False
+        self.ready = False
+        self.closed = False
+        self.waiting = deque()
+
+    def begin(self, config):
+        """Make the gate (or take the carried one over) with ``config``;
+        return it.  Nothing here can fail."""
+        from . import Gate
+
+        if self.carried is not None:
+            self.carried.attach(self.port)
+            self.gate = self.carried
+        else:
+            self.gate = Gate(self.port)
+            # The value as found: a large one is replaced by a snapshot.
+            self.gate.holdlog.size = self.log_size
+        self.gate.reconfigure(config)
+        return self.gate
+
+    # The job-manager's calls of the load
+
+    def on_new(self, jobid, state, userid):
+        """job.new for an active job, right after the load."""
+        if self.started or state == NEW:
+            return
+        self.seen.add(jobid)
+        if self.carried is not None:
+            if self.gate.retrack(jobid, state):
+                self._recover(jobid)
+        elif self.log is None or jobid in self.log:
+            self.gate.begin_recovery(jobid, userid)
+            self._recover(jobid)
+
+    def loaded(self):
+        """Every job.new of the load has been seen."""
+        if self.started:
+            return
+        self.started = True
+        if self.carried is not None:
+            self.gate.resume(self.seen)
+        self.seen = set()
+        self._check_ready()
+
+    def _recover(self, jobid):
+        """Rebuild the holds of a job: from its entries in the hold log,
+        and its eventlog if it may have active holds or has entries."""
+        try:
+            state, _ = self.port.job_info(jobid)
+        except OSError:
+            state = INACTIVE
+        entries = (self.log or {}).get(jobid, [])
+        if not entries and state not in (RUN, CLEANUP):
+            self._end(jobid, [])
+            return
+        self.reading.add(jobid)
+        if self.delay > 0:
+            self.port.timer(self.delay, lambda: self._read(jobid, entries))
+        else:
+            self._read(jobid, entries)
+
+    def _read(self, jobid, entries):
+        if self.closed:
+            return
+        try:
+            self.port.read_eventlog(
+                jobid,
+                lambda events, error: self._recovered(jobid, entries, events, error),
+            )
+        except Exception as exc:  # noqa: BLE001 - recover what can be
+            self._recovered(jobid, entries, None, exc)
+
+    def _recovered(self, jobid, entries, events, error):
+        if self.closed or jobid not in self.reading:
+            return
+        self.reading.discard(jobid)
+        if error is not None:
+            self.port.log(
+                syslog.LOG_ERR, f"recovering job {jobid}: eventlog lookup: {error}"
+            )
+            events = []
+        # A stable sort: at equal times a log entry comes first.
+        self._end(jobid, sorted(entries + list(events), key=lambda e: e[0]))
+        self._check_ready()
+
+    def _end(self, jobid, events):
+        try:
+            self.gate.end_recovery(jobid, events)
+        except Exception as exc:  # noqa: BLE001 - one job must not stop the rest
+            self.port.log(
+                syslog.LOG_ERR, f"recovering job {jobid}: {type(exc).__name__}: {exc}"
+            )
+            self.gate.abandon_recovery(jobid)
+
+    # Requests
+
+    def when_ready(self, run, refuse):
+        """Call ``run()`` once the gate's view is complete (now, if it is).
+        Should the load be closed first, ``refuse()`` is called instead."""
+        if self.ready:
+            run()
+        else:
+            self.waiting.append((run, refuse))
+
+    def _check_ready(self):
+        if self.ready or self.closed or not self.started or self.reading:
+            return
+        self.ready = True
+        while self.waiting and not self.closed:
+            run, _ = self.waiting.popleft()
+            self._call(run, "a request that waited on recovery")
+
+    def close(self):
+        """The plugin instance is going away: refuse what still waits.  A
+        job still being recovered stays so in the gate: the next load
+        reads it again."""
+        self.closed = True
+        waiting, self.waiting = self.waiting, deque()
+        for _, refuse in waiting:
+            self._call(refuse, "refusing a request that waited on recovery")
+
+    def _call(self, callback, what):
+        try:
+            callback()
+        except Exception as exc:  # noqa: BLE001 - one must not stop the rest
+            self.port.log(syslog.LOG_ERR, f"{what}: {type(exc).__name__}: {exc}")

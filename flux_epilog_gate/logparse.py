@@ -1,0 +1,185 @@
+"""Reading the hold log back: a total parser.
+
+The log (:mod:`flux_epilog_gate.holdlog`) is read once per load, and
+whatever its KVS key holds must not keep the job-manager from loading: no
+key, an empty value, bytes that are not UTF-8 or not JSON, JSON of any
+shape and types, NaN and infinities, huge lines.  :func:`parse` keeps
+every line that is a well-formed entry of its kind and skips every other
+one, saying why.  An entry is checked field by field against what the
+gate writes (see :func:`flux_epilog_gate.holdlog.hold_entry`):
+
+==========================  ==================================================
+``timestamp``               a finite number
+``name``                    one of the log's entry names
+``context.id``              a job id: an integer from 1 to 2**64-1
+``context.description``     a hold description (letters, digits, ``.``,
+                            ``_``, ``-``; see :mod:`flux_epilog_gate.holds`);
+                            so never the gate's reserved ones
+``context.timeout``         (hold) absent, or a finite number > 0
+``context.point``           (hold) absent, or a point the gate knows
+``context.status``          (release) an integer that fits a C int
+==========================  ==================================================
+
+Other keys of an entry are ignored; the context handed on holds only the
+keys above, so nothing unchecked reaches recovery.
+"""
+
+import json
+import math
+
+from .holds import (
+    CANCEL_EVENT,
+    HOLD_EVENT,
+    POINTS,
+    RECOVERY_DESCRIPTION,
+    RELEASE_EVENT,
+    description_error,
+)
+
+JOBID_MAX = 2**64 - 1
+STATUS_MIN = -(2**31)
+STATUS_MAX = 2**31 - 1
+
+#: Entry names the log may contain.
+ENTRY_NAMES = frozenset((HOLD_EVENT, CANCEL_EVENT, RELEASE_EVENT))
+
+#: Bytes beyond which a line cannot be an entry the gate wrote (those are
+#: under 300 bytes): skipped unread.
+LINE_MAX = 4096
+
+#: Characters of a skipped line that its log message quotes.
+EXCERPT_MAX = 80
+
+
+class Skipped:
+    """A line of the log that is not an entry: where, why, and its start."""
+
+    __slots__ = ("lineno", "reason", "excerpt")
+
+    def __init__(self, lineno, reason, line):
+        self.lineno = lineno
+        self.reason = reason
+        self.excerpt = _excerpt(line)
+
+    def __str__(self):
+        return f"line {self.lineno}: {self.reason}: {self.excerpt}"
+
+    def __repr__(self):
+        return f"Skipped({self})"
+
+
+class BadEntry(ValueError):
+    """Why a line is not an entry."""
+
+
+def _excerpt(line):
+    text = line.decode("utf-8", "backslashreplace")
+    if len(text) > EXCERPT_MAX:
+        return repr(text[:EXCERPT_MAX]) + f"... ({len(line)} bytes)"
+    return repr(text)
+
+
+def parse(data):
+    """Entries of the log ``data`` (bytes or text; None or empty: no log)
+    by job: ``{id: [(timestamp, name, context)]}``, with ``context`` as in
+    the job's eventlog (no ``id``).  Returns ``(jobs, skipped)``, with a
+    :class:`Skipped` for each line that is not an entry.  Never raises."""
+    if not data:
+        return {}, []
+    if isinstance(data, str):
+        data = data.encode("utf-8", "surrogateescape")
+    jobs = {}
+    skipped = []
+    for lineno, line in enumerate(data.split(b"\n"), 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            jobid, item = parse_entry(line)
+        except BadEntry as exc:
+            skipped.append(Skipped(lineno, str(exc), line))
+            continue
+        jobs.setdefault(jobid, []).append(item)
+    return jobs, skipped
+
+
+def parse_entry(line):
+    """``(id, (timestamp, name, context))`` of one line (bytes) of the
+    log; raises :class:`BadEntry` saying what is wrong with it."""
+    if len(line) > LINE_MAX:
+        raise BadEntry(f"longer than {LINE_MAX} bytes")
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadEntry("not UTF-8") from None
+    entry = _json(text)
+    if not isinstance(entry, dict):
+        raise BadEntry("not a JSON object")
+    timestamp = _finite(entry.get("timestamp"), "timestamp")
+    name = entry.get("name")
+    if not isinstance(name, str) or name not in ENTRY_NAMES:
+        raise BadEntry("name is not one of " + ", ".join(sorted(ENTRY_NAMES)))
+    context = entry.get("context")
+    if not isinstance(context, dict):
+        raise BadEntry("context is not a JSON object")
+    jobid = context.get("id")
+    if isinstance(jobid, bool) or not isinstance(jobid, int):
+        raise BadEntry("id is not an integer")
+    if not 0 < jobid <= JOBID_MAX:
+        raise BadEntry(f"id {jobid} is not a job id")
+    clean = {"description": _description(context.get("description"))}
+    if name == HOLD_EVENT:
+        _hold_fields(context, clean)
+    elif name == RELEASE_EVENT:
+        status = context.get("status")
+        if isinstance(status, bool) or not isinstance(status, int):
+            raise BadEntry("status is not an integer")
+        if not STATUS_MIN <= status <= STATUS_MAX:
+            raise BadEntry(f"status {status} is out of range")
+        clean["status"] = status
+    return jobid, (timestamp, name, clean)
+
+
+def _json(text):
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise BadEntry(f"not JSON ({type(exc).__name__})") from None
+
+
+def _number(value, key):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise BadEntry(f"{key} is not a number")
+    try:
+        return float(value)
+    except OverflowError:
+        raise BadEntry(f"{key} is out of range") from None
+
+
+def _finite(value, key):
+    number = _number(value, key)
+    if not math.isfinite(number):
+        raise BadEntry(f"{key} is not finite")
+    return number
+
+
+def _description(description):
+    if description == RECOVERY_DESCRIPTION:
+        raise BadEntry(f"description {description} is reserved")
+    problem = description_error(description)
+    if problem:
+        raise BadEntry(problem)
+    return description
+
+
+def _hold_fields(context, clean):
+    if "timeout" in context:
+        timeout = _finite(context["timeout"], "timeout")
+        if timeout <= 0:
+            raise BadEntry("timeout is not greater than 0")
+        clean["timeout"] = context["timeout"]
+    if "point" in context:
+        point = context["point"]
+        if not isinstance(point, str) or point not in POINTS:
+            raise BadEntry("point is not one of " + ", ".join(POINTS))
+        clean["point"] = point

@@ -1,0 +1,363 @@
+"""Unit tests of a load (flux_epilog_gate.gate.loader) and of reading the
+hold log (flux_epilog_gate.logparse), no broker: the KVS and the
+eventlogs are the FakePort's.
+
+Whatever the log's key holds, the load goes on, every valid entry comes
+back, each skipped line is logged (a bounded number of lines), and no
+request is answered before every job is recovered."""
+
+import errno
+import json
+import syslog
+
+import pytest
+from fakeport import FakePort
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from logstrategies import bad_entries, hold_logs, junk_lines
+
+from flux_epilog_gate.config import Config
+from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.gate.loader import SKIPPED_LOGGED, Load
+from flux_epilog_gate.holdlog import KEY, hold_entry
+from flux_epilog_gate.holds import ACTIVE, HOLD_EVENT, PENDING, Hold
+from flux_epilog_gate.logparse import EXCERPT_MAX, parse
+
+from .unitgate import USER, marked
+
+JOBS = (11, 12, 13, 14)
+
+
+def entry(jobid, description, **context):
+    return json.dumps(
+        {
+            "timestamp": 100.0,
+            "name": HOLD_EVENT,
+            "context": dict(context, id=jobid, description=description),
+        }
+    )
+
+
+def errors(port):
+    return [text for level, text in port.logs if level == syslog.LOG_ERR]
+
+
+def load(port, jobs=JOBS, state=SCHED, finish=True):
+    """Load a new gate into ``port`` (a new job-manager) whose active jobs
+    are ``jobs`` in ``state``."""
+    for jobid in jobs:
+        if jobid not in port.jobs:
+            port.add_job(jobid, state, USER)
+    loading = Load(port)
+    gate = loading.begin(Config())
+    for jobid in jobs:
+        loading.on_new(jobid, port.jobs[jobid].state, USER)
+    if finish:
+        loading.loaded()
+    return loading, gate
+
+
+def holds_of(gate):
+    return {(h["id"], h["description"]): h for h in gate.list()}
+
+
+# The log's value, whatever it is
+
+
+@pytest.mark.parametrize("value", [None, b"", "", b"\n", b"\n\n  \n", "\r\n"], ids=repr)
+def test_an_absent_empty_or_blank_log_loads_with_no_holds(port, value):
+    if value is not None:
+        port.kvs[KEY] = value
+    loading, gate = load(port)
+    assert loading.ready and gate.list() == [] and errors(port) == []
+
+
+def test_a_log_that_cannot_be_read_recovers_every_job_at_its_point(port):
+    port.fail("kvs_get", errno.EPERM)
+    port.add_job(JOBS[0], CLEANUP, USER, happened={"alloc", "start", "finish"})
+    port.eventlogs[JOBS[0]] = [
+        marked(100.0, "epilog-start", description="bb"),
+    ]
+    loading, gate = load(port)
+    assert loading.ready
+    assert holds_of(gate)[(JOBS[0], "bb")]["state"] == ACTIVE
+    assert any("reading epilog-gate.holds" in text for text in errors(port))
+
+
+def test_bytes_that_are_not_utf8_are_skipped_and_the_rest_kept(port):
+    good = entry(11, "keep-a").encode()
+    port.kvs[KEY] = b"\xff\xfe garbage\n" + good + b"\n" + good[:20] + b"\xff\n"
+    loading, gate = load(port)
+    assert set(holds_of(gate)) == {(11, "keep-a")}
+    logged = errors(port)
+    assert len(logged) == 2
+    assert "line 1: not UTF-8" in logged[0] and "\\xff" in logged[0]
+    assert "line 3: not UTF-8" in logged[1]
+
+
+@pytest.mark.parametrize(
+    "bad, why",
+    [
+        (entry(12, 123), "description must be a string"),
+        (entry(12, "bb", timeout="abc"), "timeout is not a number"),
+        (entry(12, "bb", timeout=0), "timeout is not greater than 0"),
+        (entry(12, "bb", point="bogus"), "point is not one of"),
+        (entry(12, "epilog-gate:recovery"), "description epilog-gate:recovery is"),
+        (entry(True, "bb"), "id is not an integer"),
+        (entry(0, "bb"), "id 0 is not a job id"),
+        ('{"timestamp": NaN, "name": "epilog_gate.hold", "context": {}}', "finite"),
+        (
+            '{"timestamp": 1, "name": "epilog_gate.release", "context": '
+            '{"id": 12, "description": "bb", "status": "x"}}',
+            "status is not",
+        ),
+        ("[1, 2]", "not a JSON object"),
+        ('{"timestamp": 1', "not JSON"),
+        ("[" * 100000, "longer than"),
+    ],
+)
+def test_an_entry_of_the_wrong_type_never_costs_a_valid_one(port, bad, why):
+    """Issue 17, item 3: the bad entry is skipped, named, and the valid
+    hold on another job is kept and released as any other."""
+    port.kvs[KEY] = entry(11, "keep-a") + "\n" + bad + "\n" + entry(12, "keep-b")
+    loading, gate = load(port)
+    assert set(holds_of(gate)) == {(11, "keep-a"), (12, "keep-b")}
+    (logged,) = errors(port)
+    assert "line 2" in logged and why in logged
+    assert len(logged) < 200 + EXCERPT_MAX
+    # The valid holds work: they reach their point and are released.
+    port.set_state(11, CLEANUP)
+    gate.on_cleanup(11)
+    assert holds_of(gate)[(11, "keep-a")]["state"] == ACTIVE
+    assert gate.release(11, "keep-a") == (True, None)
+    assert port.outstanding(11) == []
+
+
+def test_skipped_lines_are_logged_a_bounded_number_of_times(port):
+    port.kvs[KEY] = "\n".join(["junk"] * 1000 + [entry(11, "keep-a")])
+    loading, gate = load(port)
+    assert set(holds_of(gate)) == {(11, "keep-a")}
+    logged = errors(port)
+    assert len(logged) == SKIPPED_LOGGED + 1
+    assert "980 more lines (1000 in all)" in logged[-1]
+
+
+def test_a_huge_value_is_replaced_by_a_snapshot_once_recovered(port):
+    port.kvs[KEY] = "\n".join([entry(11, "keep-a")] + ["x" * 100] * 5000)
+    loading, gate = load(port)
+    port.add_job(12, SCHED, USER)
+    gate.hold(12, "new")
+    key, text, append = port.commits[-1]
+    assert not append and set(parse(text)[0]) == {11, 12}
+
+
+# Requests wait until the view is complete
+
+
+def test_requests_wait_until_every_eventlog_is_read(port):
+    """Issue 17, "No window": nothing is answered from a partial view."""
+    port.kvs[KEY] = entry(11, "keep-a")
+    port.add_job(11, CLEANUP, USER, happened={"alloc", "start", "finish"})
+    port.eventlogs[11] = [marked(100.0, "epilog-start", description="keep-a")]
+    port.defer_eventlogs = True
+    loading, gate = load(port, jobs=(11,))
+    answered = []
+    loading.when_ready(lambda: answered.append(gate.list()), None)
+    assert answered == [] and not loading.ready
+    port.complete_eventlog()
+    assert loading.ready
+    assert [(h["description"], h["state"]) for h in answered[0]] == [("keep-a", ACTIVE)]
+
+
+def test_requests_wait_for_the_end_of_the_load_too(port):
+    loading, gate = load(port, finish=False)
+    answered = []
+    loading.when_ready(lambda: answered.append(True), None)
+    assert answered == []
+    loading.loaded()
+    assert answered == [True]
+
+
+def test_requests_still_waiting_at_unload_are_refused(port):
+    port.kvs[KEY] = entry(11, "keep-a")
+    port.defer_eventlogs = True
+    loading, gate = load(port, jobs=(11,))
+    refused = []
+    loading.when_ready(lambda: pytest.fail("ran"), lambda: refused.append(True))
+    loading.close()
+    assert refused == [True]
+    port.complete_eventlog()
+    assert not loading.ready and gate.jobs[11].recovering
+
+
+def test_a_watcher_during_recovery_is_told_of_each_recovered_activation_once(port):
+    """Issue 17, item 4, in the gate: recovery tells the watchers it has
+    of the holds it finds active."""
+    port.kvs[KEY] = "\n".join([entry(11, "keep-a"), entry(12, "keep-b")])
+    for jobid in (11, 12):
+        port.add_job(jobid, CLEANUP, USER, happened={"alloc", "start", "finish"})
+    port.eventlogs[11] = [marked(100.0, "epilog-start", description="keep-a")]
+    port.defer_eventlogs = True
+    loading, gate = load(port, jobs=(11, 12))
+    gate.watch("early")
+    port.complete_eventlog()
+    port.complete_eventlog()
+    gate.watch("late")
+    for sink in ("early", "late"):
+        assert sorted((a["id"], a["description"]) for a in port.sent[sink]) == [
+            (11, "keep-a"),
+            (12, "keep-b"),
+        ]
+
+
+def test_a_recovery_that_raises_lets_the_job_and_the_others_go_on(port):
+    port.kvs[KEY] = "\n".join([entry(11, "keep-a"), entry(12, "keep-b")])
+    for jobid in (11, 12):
+        port.add_job(jobid, CLEANUP, USER, happened={"alloc", "start", "finish"})
+    # Another plugin's marked event with no description.
+    port.eventlogs[11] = [(100.0, "epilog-start", {"epilog_gate": True})]
+    loading, gate = load(port, jobs=(11, 12))
+    assert loading.ready
+    assert {k: h["state"] for k, h in holds_of(gate).items()} == {
+        (11, "keep-a"): ACTIVE,
+        (12, "keep-b"): ACTIVE,
+    }
+    assert any("recovering job 11" in text for text in errors(port))
+    assert port.outstanding(11) == ["keep-a"]
+
+
+def test_an_eventlog_read_that_fails_recovers_from_the_log(port):
+    port.kvs[KEY] = entry(11, "keep-a")
+    port.defer_eventlogs = True
+    loading, gate = load(port, jobs=(11,))
+    port.complete_eventlog(errno.EIO)
+    assert loading.ready and set(holds_of(gate)) == {(11, "keep-a")}
+
+
+# Never writing an empty value
+
+
+def test_a_snapshot_with_nothing_to_keep_is_not_empty(port):
+    """Issue 17, item 1, at its source: flux-core reads an empty value back
+    as no value at all (NULL)."""
+    from flux_epilog_gate import holdlog
+
+    gate = load(port)[1]
+    port.defer_commits = True
+    gate.hold(11, "bb")
+    gate.release(11, "bb")
+    gate.holdlog.appends = holdlog.MAX_APPENDS
+    port.complete_commit()
+    port.complete_commit()
+    key, text, append = port.commits[-1]
+    assert (key, text, append) == (KEY, "\n", False)
+    assert parse(port.kvs[KEY]) == ({}, [])
+
+
+def test_the_log_is_replaced_once_it_grows_past_max_bytes(port):
+    """Issue 17, item 7, in the gate: batches of holds held and released
+    leave a value bounded by MAX_BYTES and one batch, in far fewer than
+    MAX_APPENDS commits."""
+    from flux_epilog_gate import holdlog
+
+    gate = load(port)[1]
+    port.defer_commits = True
+    jobid = 100
+    largest = batch = 0
+    for _ in range(40):
+        before = sum(len(text) for _, text, _ in port.commits)
+        for _ in range(100):
+            jobid += 1
+            port.add_job(jobid, CLEANUP, USER)
+            gate.hold(jobid, "x" * 40)
+            gate.release(jobid, "x" * 40)
+        while port.pending_commits:
+            port.complete_commit()
+        batch = max(batch, sum(len(text) for _, text, _ in port.commits) - before)
+        port.advance(10)
+        largest = max(largest, len(port.kvs[KEY]))
+    written = sum(len(text) for _, text, _ in port.commits)
+    assert len(port.commits) < holdlog.MAX_APPENDS
+    assert written > 3 * holdlog.MAX_BYTES
+    assert largest < holdlog.MAX_BYTES + batch
+
+
+# Any log at all (property-based)
+
+
+@settings(max_examples=200, deadline=None)
+@given(hold_logs(JOBS))
+def test_parse_keeps_every_valid_entry_and_nothing_else(log):
+    data, holds = log
+    jobs, skipped = parse(data)
+    got = {
+        (jobid, context["description"]): context
+        for jobid, items in jobs.items()
+        for _, name, context in items
+    }
+    assert got == holds
+    assert sum(len(items) for items in jobs.values()) == len(holds)
+    assert all(len(str(bad)) < 200 + EXCERPT_MAX for bad in skipped)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.one_of(junk_lines(JOBS), bad_entries(JOBS)), max_size=30))
+def test_parse_never_takes_a_bad_line_for_an_entry(lines):
+    assert parse(b"\n".join(lines))[0] == {}
+
+
+@settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    hold_logs(JOBS),
+    st.sampled_from([SCHED, RUN, CLEANUP]),
+    st.sampled_from(["text", "bytes"]),
+)
+def test_a_load_never_fails_and_every_valid_hold_comes_back(log, state, form):
+    data, holds = log
+    port = FakePort()
+    port.kvs[KEY] = data.decode("utf-8", "surrogateescape") if form == "text" else data
+    for jobid in JOBS:
+        port.add_job(jobid, state, USER, happened={"alloc", "start", "finish"})
+    loading, gate = load(port, state=state)
+    assert loading.ready
+    listed = holds_of(gate)
+    expected = {
+        key
+        for key, context in holds.items()
+        # A pending prolog hold of a job past its start is dropped.
+        if not (context.get("point") == "prolog" and state != SCHED)
+    }
+    assert set(listed) == expected
+    for key in expected:
+        context = holds[key]
+        assert listed[key].get("timeout") == context.get("timeout")
+        assert listed[key]["point"] == context.get("point", "epilog")
+        wanted = ACTIVE if state == CLEANUP else PENDING
+        assert listed[key]["state"] == wanted
+    assert len(errors(port)) <= SKIPPED_LOGGED + 1
+    # What the gate writes next is a log it reads back the same.
+    if holds:
+        gate.holdlog.appends = 10**6
+        port.add_job(99, SCHED, USER)
+        gate.hold(99, "next")
+        again = parse(port.kvs[KEY])[0]
+        assert {
+            (j, c["description"]) for j, items in again.items() for _, _, c in items
+        } >= (expected | {(99, "next")})
+
+
+def test_hold_entries_the_gate_writes_are_entries():
+    hold = Hold(11, "bb", USER, 10.0, 30.0, "prolog")
+    assert parse(hold_entry(hold))[0] == {
+        11: [
+            (
+                10.0,
+                HOLD_EVENT,
+                {"description": "bb", "timeout": 30.0, "point": "prolog"},
+            )
+        ]
+    }
