@@ -4,18 +4,15 @@ flux_epilog_gate/plugin.py does on a load, a job callback, a request and
 an unload, on a :class:`~modeljm.JobtapPort` instead of the jobtap
 runtime.
 
-The load path still lives in plugin.py (commit, _read_log, _on_new,
-_recover, _recovered, _loaded): this module follows it step by step,
-calling the same gate methods, so that the model checks the load the
-plugin really does.  Keep the two in step.
+A load is a :class:`flux_epilog_gate.gate.loader.Load`, as in plugin.py;
+requests wait until the load's view is complete (plugin.py's
+``_after_recovery``), and those still waiting when the instance goes
+away are refused.  Keep the two in step.
 """
 
-import errno
-import syslog
-
-from flux_epilog_gate import holdlog
+from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
-from flux_epilog_gate.gate import CLEANUP, INACTIVE, NEW, RUN, Gate
+from flux_epilog_gate.gate.loader import Load
 
 from .modeljm import JobtapPort
 
@@ -36,29 +33,17 @@ class Driver:
         self.state = carried
         self.port = JobtapPort(jm, self)
         self.gate = None
-        self.carried = None
-        self.recovering = False
-        self.seen = set()
-        self.log = {}
-        self.loading = False
+        self.load = None
 
     # Load (plugin.py: commit and what follows)
 
-    def load(self):
-        """conf.update of a load: commit.  Returns once job.new was called
-        for every active job; the load timer fires later."""
+    def commit(self):
+        """conf.update of a load: commit.  The load timer fires later."""
         carried = self.state.gate if self.port.seen_jobmanager() else None
-        if carried is None or any(job.recovering for job in carried.jobs.values()):
-            self.log = self._read_log()
-        self.loading = True
+        load = Load(self.port, carried)
         self.port.timer(0.0, self._loaded)
-        if carried is not None:
-            carried.attach(self.port)
-            self.gate = carried
-        else:
-            self.gate = Gate(self.port)
-        self.carried = carried
-        self.recovering = carried is None
+        self.load = load
+        self.gate = load.begin(Config())
         self.state.gate = None
         self.jm.port = self.port
 
@@ -66,61 +51,14 @@ class Driver:
         """job.new of every active job, right after the load (or, in a
         restarting job-manager, of every restored job)."""
         for job in self.jm.active():
-            self._on_new(job.id, job.state, job.userid)
-
-    def _read_log(self):
-        try:
-            text = self.port.lookup_kvs(holdlog.KEY)
-        except OSError as exc:
-            if exc.errno == errno.ENOENT:
-                return {}
-            self.port.log(syslog.LOG_ERR, f"reading {holdlog.KEY}: {exc}")
-            return None
-        log, skipped = holdlog.parse(text)
-        if skipped:
-            self.port.log(
-                syslog.LOG_ERR, f"{holdlog.KEY}: skipped {skipped} malformed entries"
-            )
-        return log
-
-    def _on_new(self, jobid, state, userid):
-        if state == NEW:
-            return
-        self.seen.add(jobid)
-        if self.carried is not None:
-            if self.gate.retrack(jobid, state):
-                self._recover(jobid)
-        elif self.recovering and (self.log is None or jobid in self.log):
-            self.gate.begin_recovery(jobid, userid)
-            self._recover(jobid)
-
-    def _recover(self, jobid):
-        try:
-            state, _ = self.port.job_info(jobid)
-        except OSError:
-            state = INACTIVE
-        entries = (self.log or {}).get(jobid, [])
-        if not entries and state not in (RUN, CLEANUP):
-            self.gate.end_recovery(jobid, [])
-            return
-        self.port.read_eventlog(
-            jobid, lambda events, error: self._recovered(jobid, entries, events, error)
-        )
-
-    def _recovered(self, jobid, entries, events, error):
-        if not self.port.open:
-            return
-        if error is not None:
-            events = []
-        self.gate.end_recovery(jobid, sorted(entries + events, key=lambda e: e[0]))
+            self.load.on_new(job.id, job.state, job.userid)
 
     def _loaded(self):
-        self.loading = False
-        if self.carried is not None:
-            self.gate.resume(self.seen)
-            self.carried = None
-        self.recovering = False
-        self.seen = set()
+        self.load.loaded()
+
+    @property
+    def ready(self):
+        return self.load.ready
 
     # Job callbacks (only those the runtime forwards: see JobtapPort)
 
@@ -136,43 +74,64 @@ class Driver:
     def on_event(self, jobid, name, state):
         self.gate.on_event(jobid, name, state)
 
-    # Requests: ``answer(result, error)`` is called once, when the
-    # request is answered (never if the instance goes away first).
+    # Requests: they run once the load is ready; ``answer(result,
+    # error)`` is called once, when the request is answered (never if the
+    # instance goes away first).
+
+    def _when_ready(self, run, answer):
+        self.load.when_ready(run, lambda: answer(None, GateError(11, "unloaded")))
 
     def hold(self, jobid, description, timeout, point, answer):
         def done(hold, error):
             if self.port.open:
                 answer(hold, error)
 
-        try:
-            self.gate.hold(jobid, description, timeout, point, done=done)
-        except GateError as exc:
-            answer(None, exc)
+        def run():
+            try:
+                self.gate.hold(jobid, description, timeout, point, done=done)
+            except GateError as exc:
+                answer(None, exc)
+
+        self._when_ready(run, answer)
 
     def release(self, jobid, description, status, answer):
         def done(result, error):
             if self.port.open:
                 answer(result, error)
 
-        try:
-            self.gate.release(jobid, description, status, done=done)
-        except GateError as exc:
-            answer(None, exc)
+        def run():
+            try:
+                self.gate.release(jobid, description, status, done=done)
+            except GateError as exc:
+                answer(None, exc)
 
-    def list(self, jobid=None):
-        return self.gate.list(jobid)
+        self._when_ready(run, answer)
 
-    def watch(self, sink):
-        self.gate.watch(sink)
+    def list(self, answer):
+        """``answer(holds)`` once the list is answered."""
+        self._when_ready(lambda: answer(self.gate.list()), lambda *_: None)
+
+    def watch(self, sink, starting):
+        """``starting()`` is called right before the watch starts."""
+
+        def run():
+            starting()
+            self.gate.watch(sink)
+
+        self._when_ready(run, lambda *_: sink.end("refused"))
 
     def disconnect(self, sink):
-        self.gate.unwatch(lambda other: other is sink)
+        self._when_ready(
+            lambda: self.gate.unwatch(lambda other: other is sink), lambda *_: None
+        )
 
     # Unload (plugin.py: unload and _suspend)
 
     def unload(self):
-        """This committed instance is removed: watch streams end, the gate
-        is suspended and kept for the next load in this job-manager."""
+        """This committed instance is removed: requests still waiting are
+        refused, watch streams end, the gate is suspended and kept for the
+        next load in this job-manager."""
+        self.load.close()
         for watcher in self.gate.watchers:
             watcher.sink.end("unloaded")
         self.gate.watchers = []

@@ -490,9 +490,18 @@ class JobtapPort:
         seen, self.jm.seen_plugin = self.jm.seen_plugin, True
         return seen
 
-    def lookup_kvs(self, key):
-        """As Jobtap.lookup_kvs: the value as text, read at once."""
-        return _ffi.string(self.jm.kvs.lookup(key)).decode()
+    def kvs_get(self, key):
+        """As Jobtap.kvs_get: the value as bytes (an empty one comes back
+        from the KVS as NULL: ``b""``), None if there is none."""
+        try:
+            value = self.jm.kvs.lookup(key)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        if value == _ffi.NULL:
+            return b""
+        return _ffi.string(value)
 
     def read_eventlog(self, jobid, callback):
         """As Jobtap.read_eventlog: answered when the test says so
