@@ -288,9 +288,15 @@ class FakeJobManager:
             ):
                 job.free_posted = True
                 self.post(job, "free")
-            if not job.start_pending and not job.has_resources and quiet:
-                if not self._queued(job, "clean"):
-                    self.post(job, "clean")
+            # The free above may have ended the job already.
+            if (
+                job.state == CLEANUP
+                and not job.start_pending
+                and not job.has_resources
+                and quiet
+                and not self._queued(job, "clean")
+            ):
+                self.post(job, "clean")
 
     # The exec system
 
