@@ -485,7 +485,7 @@ class GateModel(RuleBasedStateMachine):
 
     # Invariants
 
-    def check_invariants(self):
+    def check_all(self):
         """Every invariant, now (for the examples below)."""
         self.nothing_went_wrong()
         self.acknowledged_epilog_holds_keep_their_jobs()
@@ -556,7 +556,7 @@ def _steps(model, *steps):
     """Run ``(rule, args...)`` steps, checking every invariant after each."""
     for name, *args in steps:
         getattr(model, name)(*args)
-        model.check_invariants()
+        model.check_all()
 
 
 def test_a_snapshot_that_keeps_nothing_then_a_crash_still_loads(model):
