@@ -54,16 +54,16 @@ CHURN = "churn"
 #: MAX_APPENDS): small, so that snapshots come amid ordinary traffic.
 SNAPSHOT_EVERY = 8
 
-MAX_JOBS = 4
+MAX_JOBS = 3
 USER = 1000
 #: A soak (GATE_MODEL_EXAMPLES set) draws new sequences each run; the
 #: default run always draws the same ones, so that make check is stable.
 SOAK = "GATE_MODEL_EXAMPLES" in os.environ
-EXAMPLES = int(os.environ.get("GATE_MODEL_EXAMPLES", "300"))
-STEPS = int(os.environ.get("GATE_MODEL_STEPS", "40"))
+EXAMPLES = int(os.environ.get("GATE_MODEL_EXAMPLES", "200"))
+STEPS = int(os.environ.get("GATE_MODEL_STEPS", "50"))
 
 JOB = st.integers(min_value=0, max_value=MAX_JOBS - 1)
-POINT = st.sampled_from([EPILOG, EPILOG, PROLOG])
+POINT = st.sampled_from([EPILOG, PROLOG])
 
 
 class Key:
@@ -199,6 +199,8 @@ class GateModel(RuleBasedStateMachine):
         try:
             self.driver.commit()
             self.driver.announce()
+            # The load timer (0 s) fires on the next turn of the reactor.
+            self.advance(0.0)
         except Exception as exc:
             raise AssertionError(f"load failed: {type(exc).__name__}: {exc}") from exc
 
@@ -207,13 +209,16 @@ class GateModel(RuleBasedStateMachine):
             if sink.open:
                 sink.end(why)
 
-    @rule()
+    @rule(how=st.sampled_from(["reload", "restart", "crash"]))
+    def go_down(self, how):
+        """The plugin or the instance goes away and comes back."""
+        getattr(self, how)()
+
     def reload(self):
         """flux jobtap remove, then load: the gate is carried over."""
         self.driver.unload()
         self._load(self.driver.state)
 
-    @rule()
     def restart(self):
         """flux module reload job-manager: what is queued is committed, a
         new job-manager rebuilds its jobs from the KVS."""
@@ -231,7 +236,6 @@ class GateModel(RuleBasedStateMachine):
                 self.start_requested.discard(job.id)
         self._load(Carried())
 
-    @rule()
     def crash(self):
         """SIGKILL of the broker, then a restart on its state: back to the
         last checkpoint; unanswered requests stay unanswered."""
@@ -255,28 +259,51 @@ class GateModel(RuleBasedStateMachine):
         self.jobids.append(jobid)
         self.jm.submit(jobid, USER)
 
-    @rule(index=JOB)
+    @precondition(lambda self: self.jobids)
+    @rule(
+        index=JOB, what=st.sampled_from(["alloc", "exec_start", "exec_end", "cancel"])
+    )
+    def progress(self, index, what):
+        """Job ``index`` among those ``what`` applies to moves on."""
+        applies = getattr(self, f"_{what}_applies")
+        jobs = [job for job in self.jm.active() if applies(job)]
+        if jobs:
+            getattr(self, what)(self.jobids.index(jobs[index % len(jobs)].id))
+
+    @staticmethod
+    def _alloc_applies(job):
+        return job.state == SCHED
+
+    @staticmethod
+    def _exec_start_applies(job):
+        return job.state == RUN and job.start_pending and not job.started
+
+    @staticmethod
+    def _exec_end_applies(job):
+        return job.start_pending and (job.started or job.state == CLEANUP)
+
+    @staticmethod
+    def _cancel_applies(job):
+        return job.state not in (CLEANUP, INACTIVE)
+
     def alloc(self, index):
         job = self._job(index)
-        if job is not None and job.state == SCHED:
+        if job is not None and self._alloc_applies(job):
             self.jm.post(job, "alloc")
 
-    @rule(index=JOB)
     def exec_start(self, index):
         job = self._job(index)
-        if job and job.state == RUN and job.start_pending and not job.started:
+        if job is not None and self._exec_start_applies(job):
             self.jm.exec_start(job)
 
-    @rule(index=JOB)
     def exec_end(self, index):
         job = self._job(index)
-        if job and job.start_pending and (job.started or job.state == CLEANUP):
+        if job is not None and self._exec_end_applies(job):
             self.jm.exec_end(job)
 
-    @rule(index=JOB)
     def cancel(self, index):
         job = self._job(index)
-        if job and job.state not in (CLEANUP, INACTIVE):
+        if job is not None and self._cancel_applies(job):
             self.jm.post(job, "exception", {"type": "cancel", "severity": 0})
 
     # Requests
@@ -413,9 +440,13 @@ class GateModel(RuleBasedStateMachine):
         self.kvs.apply_all()
 
     @precondition(lambda self: self.kvs.queue)
-    @rule()
-    def kvs_apply(self):
-        self.kvs.apply_next()
+    @rule(every=st.booleans())
+    def kvs_apply(self, every=False):
+        """The KVS applies the oldest commit sent, or every one."""
+        if every:
+            self.kvs.apply_all()
+        else:
+            self.kvs.apply_next()
 
     @precondition(lambda self: not self.kvs.failing)
     @rule()
@@ -604,4 +635,24 @@ def test_a_restart_keeps_the_hold_of_a_job_cancelled_before_its_epilog_point(mod
         ("alloc", 0),
         ("cancel", 0),
         ("restart",),
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the gate drops a pending prolog hold when its job is cancelled and "
+    "records that with a synced commit, before the job-manager's unsynced "
+    "exception event: a crash brings the job back to SCHED without the hold",
+)
+def test_a_crash_that_undoes_a_cancel_keeps_the_prolog_hold(model):
+    _steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", PROLOG),
+        ("kvs_apply", True),
+        ("cancel", 0),
+        ("kvs_apply", True),
+        ("crash",),
+        ("answer_read", 0),
+        ("list_holds",),
     )
