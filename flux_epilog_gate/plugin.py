@@ -12,7 +12,10 @@ job-manager, so holds survive a reload without reading anything back.  A
 new job-manager (module reload, instance restart, or a first load) reads
 the hold log (:mod:`flux_epilog_gate.holdlog`) at once and rebuilds the
 holds of the jobs it names from their entries and eventlogs; other jobs
-never see the gate.
+never see the gate.  The load itself is plain Python
+(:mod:`flux_epilog_gate.gate.loader`): this class passes it the
+job-manager's calls, and keeps each request that arrives while jobs are
+still being recovered waiting until they all are.
 
 A load that fails or is refused leaves all of this alone: each load has
 an instance of its own, which takes over only once the load is committed

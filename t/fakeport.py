@@ -25,8 +25,9 @@
   ``("cancel", {"note": ...})`` and puts a running job in CLEANUP (fails
   with ``fail(CANCEL)``);
 - :meth:`fail` makes one kind of post (or ``raise_exception``, or with
-  ``KVS`` a commit) fail with OSError, to check what the gate does when
-  the job-manager refuses.
+  ``KVS`` a commit, or with ``"kvs_get"`` the load's read of the hold
+  log) fail with OSError, to check what the gate does when the
+  job-manager refuses.
 """
 
 import errno
