@@ -353,10 +353,24 @@ def _jobid_of_key(key):
 
 
 class Clock:
-    """The fake time, shared by every run of the instance."""
+    """The fake time, shared by every run of the instance.  It moves only
+    when the test says, and by a microsecond at each reading, so that no
+    two things happen at the same time (the job-manager's and the gate's
+    timestamps are merged in time order on recovery)."""
+
+    TICK = 1e-6
 
     def __init__(self, now=1_700_000_000.0):
-        self.now = now
+        self._now = now
+
+    @property
+    def now(self):
+        self._now += self.TICK
+        return self._now
+
+    @now.setter
+    def now(self, value):
+        self._now = value
 
 
 class FakeTimer:
