@@ -274,5 +274,9 @@ class _Acks:
     def before_get(self):
         unacked = self.read - self.acked
         if unacked and (unacked >= ACK_EVERY or not self.future.is_ready()):
-            self.gate.watch_ack(self.future, self.read)
+            try:
+                self.gate.watch_ack(self.future, self.read)
+            except NoAnswerError:
+                # The stream itself says so next, as the watch's own error.
+                return
             self.acked = self.read

@@ -245,6 +245,7 @@ def watcher(soak, ready):
         gate = EpilogGate(flux.Flux(soak.inst.uri))
         future = gate.watch_async()
         ready.set()
+        read = 0
         while not soak.stop.is_set():
             try:
                 future.wait_for(0.2)
@@ -252,6 +253,10 @@ def watcher(soak, ready):
                 continue
             hold = future.get()
             future.reset()
+            # A reader of watch_async acknowledges what it read, or the
+            # plugin holds activations back (watch flow control).
+            read += 1
+            gate.watch_ack(future, read)
             soak.on_active(hold["id"], hold["description"], hold["ran"])
     except Exception as exc:  # noqa: BLE001
         soak.fail("watcher", exc)
