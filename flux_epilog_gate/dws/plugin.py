@@ -25,6 +25,7 @@ import errno
 import json
 import math
 import syslog
+import time
 
 import flux.constants
 from flux.job import JobID
@@ -69,6 +70,28 @@ def answer_of(future):
     return answer["success"], errstr
 
 
+def created_before(eventlog, when):
+    """True if ``eventlog`` (a job's, as text) has a ``dependency-add`` of
+    dws-create posted before time ``when``."""
+    if isinstance(eventlog, bytes):
+        eventlog = eventlog.decode(errors="replace")
+    for line in eventlog.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if (
+            isinstance(entry, dict)
+            and entry.get("name") == "dependency-add"
+            and isinstance(entry.get("context"), dict)
+            and entry["context"].get("description") == CREATE
+            and isinstance(entry.get("timestamp"), (int, float))
+            and entry["timestamp"] < when
+        ):
+            return True
+    return False
+
+
 def parse_timeout(options):
     """The epilog timeout of the load options (seconds, <= 0: none)."""
     value = options.get("epilog-timeout", 0.0)
@@ -100,6 +123,9 @@ class Dws(Plugin):
         self.prolog = {}
         #: job id -> its Epilog
         self.epilog = {}
+        #: ids of jobs past NEW when this instance first saw them (a load
+        #: with jobs in flight): their dws-create may be an earlier one's
+        self.inherited = set()
 
     # Configuration
 
@@ -113,7 +139,12 @@ class Dws(Plugin):
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
         self.epilog_timeout = parse_timeout(self.jobtap.load_options())
         self.log(syslog.LOG_INFO, f"epilog timeout = {self.epilog_timeout:.3f}s")
-        for topic in ("job.state.depend", "job.state.run", "job.state.cleanup"):
+        for topic in (
+            "job.new",
+            "job.state.depend",
+            "job.state.run",
+            "job.state.cleanup",
+        ):
             self.jobtap.forward(topic)
         self.configured = True
 
@@ -143,8 +174,17 @@ class Dws(Plugin):
 
     # Dependency: dws-create
 
+    @job_topic("job.new", every_job=True, requires=DW)
+    def new(self, job):
+        # flux jobtap load calls job.new, then job.state.depend, for each
+        # job in flight: a job in DEPEND then may hold dws-create already.
+        if job.state == DEPEND:
+            self.inherited.add(job.id)
+
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def depend(self, job):
+        inherited = job.id in self.inherited
+        self.inherited.discard(job.id)
         jobspec = job.jobspec
         system = jobspec["attributes"]["system"]
         tolerance = system.get("dw_failure_tolerance", 0)
@@ -152,9 +192,14 @@ class Dws(Plugin):
         if type(tolerance) is not int or resources is None:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
+        added = time.time()
         try:
             self.jobtap.dependency_add(job.id, CREATE)
         except OSError as exc:
+            if inherited and exc.errno == errno.EEXIST:
+                # Added and removed before this load: the storage exists.
+                self.jobtap.subscribe(job.id)
+                return
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to add dws jobtap dependency for {f58(job.id)}: {exc}",
@@ -169,7 +214,30 @@ class Dws(Plugin):
             "userid": job.userid,
             "failure_tolerance": tolerance,
         }
-        self.jobtap.rpc("dws.create", payload, lambda f: self.created(job.id, f))
+        if not inherited:
+            self.send_create(job.id, payload)
+            return
+        # The service refuses a second create of a job's workflow: send
+        # it only if no earlier dws-create is in the job's eventlog.
+        jobid = job.id
+        self.jobtap.read_kvs(
+            f"{JobID(jobid).kvs}.eventlog",
+            lambda text, error: self.create_unless_created(
+                jobid, payload, added, text, error
+            ),
+        )
+
+    def create_unless_created(self, jobid, payload, added, text, error):
+        if error is None and created_before(text, added):
+            self.log(
+                syslog.LOG_INFO,
+                f"{f58(jobid)}: {CREATE} from before this load kept, not sent again",
+            )
+            return
+        self.send_create(jobid, payload)
+
+    def send_create(self, jobid, payload):
+        self.jobtap.rpc("dws.create", payload, lambda f: self.created(jobid, f))
 
     def created(self, jobid, future):
         try:
@@ -423,6 +491,7 @@ class Dws(Plugin):
 
     @job_topic("job.state.inactive")
     def inactive(self, job):
+        self.inherited.discard(job.id)
         self.prolog.pop(job.id, None)
         epilog = self.epilog.pop(job.id, None)
         if epilog is not None and epilog.timer is not None:
