@@ -2,8 +2,11 @@
 the plugin removed and loaded, a job-manager reload, an instance restart
 and a SIGKILL, under a real instance with t/dws_service.py."""
 
+import os
+
 import flux
 import flux.job
+import pytest
 import test_dws
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 from test_dws import DW, contexts
@@ -11,7 +14,16 @@ from test_dws import DW, contexts
 from flux_epilog_gate.paths import plugin_path
 
 # The fixtures of the dws tests.
-dws, dws_so, rabbit_instance = test_dws.dws, test_dws.dws_so, test_dws.rabbit_instance
+dws, rabbit_instance = test_dws.dws, test_dws.rabbit_instance
+
+#: The plugin under test: the installed dws.so, unless DWS_PLUGIN names
+#: another build of it (to measure flux-coral2's dws-jobtap.so the same way).
+PLUGIN = os.environ.get("DWS_PLUGIN") or plugin_path("dws")
+
+
+@pytest.fixture
+def dws_so():
+    return PLUGIN
 
 
 def update(h, jobid, resources):
@@ -38,8 +50,8 @@ def test_a_job_in_depend_survives_the_plugin_removed_and_loaded(rabbit_instance,
     jobid = submit(h, duration=0.1, **DW)
     wait_event(h, jobid, "dependency-add", match=described("dws-create"))
     service.wait(lambda: service.requests("dws.create"))
-    inst.flux("jobtap", "remove", "dws.so")
-    inst.flux("jobtap", "load", plugin_path("dws"))
+    inst.flux("jobtap", "remove", os.path.basename(PLUGIN))
+    inst.flux("jobtap", "load", PLUGIN)
     create = service.requests("dws.create")[0]
     update(h, jobid, create["resources"])
     wait_inactive(h, jobid)
@@ -61,8 +73,8 @@ def test_a_job_still_in_depend_after_its_create_survives_a_load(rabbit_instance,
     deps = {"system.dependencies": [{"scheme": "afterany", "value": str(holder)}]}
     jobid = submit(h, duration=0.1, **DW, **deps)
     wait_event(h, jobid, "dependency-remove", match=described("dws-create"))
-    inst.flux("jobtap", "remove", "dws.so")
-    inst.flux("jobtap", "load", plugin_path("dws"))
+    inst.flux("jobtap", "remove", os.path.basename(PLUGIN))
+    inst.flux("jobtap", "load", PLUGIN)
     flux.job.cancel(h, holder)
     wait_inactive(h, jobid)
     events = eventlog(h, jobid)

@@ -51,6 +51,7 @@ NO_SERVICE = (
 )
 
 DEPEND = flux.constants.FLUX_JOB_STATE_DEPEND
+RUN = flux.constants.FLUX_JOB_STATE_RUN
 CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
 
 
@@ -73,6 +74,17 @@ def answer_of(future):
 def created_before(eventlog, when):
     """True if ``eventlog`` (a job's, as text) has a ``dependency-add`` of
     dws-create posted before time ``when``."""
+    return any(
+        entry.get("name") == "dependency-add"
+        and entry.get("context", {}).get("description") == CREATE
+        and isinstance(entry.get("timestamp"), (int, float))
+        and entry["timestamp"] < when
+        for entry in entries(eventlog)
+    )
+
+
+def entries(eventlog):
+    """The entries (dicts) of a job's eventlog given as text."""
     if isinstance(eventlog, bytes):
         eventlog = eventlog.decode(errors="replace")
     for line in eventlog.splitlines():
@@ -80,16 +92,24 @@ def created_before(eventlog, when):
             entry = json.loads(line)
         except ValueError:
             continue
-        if (
-            isinstance(entry, dict)
-            and entry.get("name") == "dependency-add"
-            and isinstance(entry.get("context"), dict)
-            and entry["context"].get("description") == CREATE
-            and isinstance(entry.get("timestamp"), (int, float))
-            and entry["timestamp"] < when
-        ):
-            return True
-    return False
+        if isinstance(entry, dict) and isinstance(entry.get("context", {}), dict):
+            yield entry
+
+
+def held_actions(eventlog):
+    """``{description: start time}`` of the dws-setup prolog and
+    dws-epilog epilog that ``eventlog`` shows started and not finished."""
+    kinds = {"prolog-start": SETUP, "epilog-start": EPILOG}
+    ends = {"prolog-finish": SETUP, "epilog-finish": EPILOG}
+    held = {}
+    for entry in entries(eventlog):
+        name = entry.get("name")
+        description = entry.get("context", {}).get("description")
+        if kinds.get(name) == description is not None:
+            held[description] = entry.get("timestamp", time.time())
+        elif ends.get(name) == description is not None:
+            held.pop(description, None)
+    return held
 
 
 def parse_timeout(options):
@@ -180,6 +200,38 @@ class Dws(Plugin):
         # job in flight: a job in DEPEND then may hold dws-create already.
         if job.state == DEPEND:
             self.inherited.add(job.id)
+        elif job.state in (RUN, CLEANUP):
+            # Held in its prolog or epilog by an earlier instance, maybe:
+            # learn which from its eventlog, and follow its events again.
+            jobid = job.id
+            self.jobtap.subscribe(jobid)
+            self.jobtap.read_kvs(
+                f"{JobID(jobid).kvs}.eventlog",
+                lambda text, error: self.recover(jobid, text, error),
+            )
+
+    def recover(self, jobid, text, error):
+        """Take over the job's dws-setup or dws-epilog, if still held."""
+        if error is not None:
+            self.log(syslog.LOG_ERR, f"{f58(jobid)}: eventlog unreadable: {error}")
+            return
+        held = held_actions(text)
+        if held.get(SETUP) is not None and jobid not in self.prolog:
+            self.prolog[jobid] = True
+        started = held.get(EPILOG)
+        if started is not None and jobid not in self.epilog:
+            epilog = self.epilog[jobid] = Epilog()
+            if self.epilog_timeout > 0:
+                left = started + self.epilog_timeout - time.time()
+                epilog.timer = self.jobtap.timer(
+                    max(left, 0.001), lambda: self.epilog_timed_out(jobid)
+                )
+        if held:
+            self.log(
+                syslog.LOG_INFO,
+                f"{f58(jobid)}: held by {', '.join(sorted(held))} "
+                "from before this load",
+            )
 
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def depend(self, job):
