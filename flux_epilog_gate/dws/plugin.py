@@ -105,9 +105,11 @@ def held_actions(eventlog):
     for entry in entries(eventlog):
         name = entry.get("name")
         description = entry.get("context", {}).get("description")
-        if kinds.get(name) == description is not None:
+        if description is None:
+            continue
+        if kinds.get(name) == description:
             held[description] = entry.get("timestamp", time.time())
-        elif ends.get(name) == description is not None:
+        elif ends.get(name) == description:
             held.pop(description, None)
     return held
 
@@ -143,8 +145,9 @@ class Dws(Plugin):
         self.prolog = {}
         #: job id -> its Epilog
         self.epilog = {}
-        #: ids of jobs past NEW when this instance first saw them (a load
-        #: with jobs in flight): their dws-create may be an earlier one's
+        #: ids of jobs already in DEPEND when this instance first saw them
+        #: (a load with jobs in flight): their dws-create may be an earlier
+        #: instance's
         self.inherited = set()
 
     # Configuration
