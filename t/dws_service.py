@@ -4,7 +4,8 @@ Registers service ``dws`` on the instance of FLUX_URI and answers the
 plugin's requests the way the real service does, unless told to fail
 or hang:
 
-- ``dws.create``: answers ``{success}``, then sends
+- ``dws.create``: answers ``{success}`` (a failure for a job it was
+  already asked to create), then sends
   ``job-manager.dws.resource-update {id, resources, exclude}``;
 - ``dws.setup``: answers, then sends ``prolog-remove {id, variables,
   rabbits}``;
@@ -15,7 +16,7 @@ or hang:
 Every request is appended to LOG as one JSON line ``{topic, payload}``,
 and each answer it gets from the plugin as ``{reply: topic, errnum?,
 error?}``.  It prints ``ready`` once the service is registered.
-Usage: ``python dws_service.py LOG [--create-fail] [--setup-fail]
+Usage: ``python dws_service.py LOG [--create-fail] [--create-hang] [--setup-fail]
 [--setup-hang] [--post-run-fail] [--post-run-hang] [--bad-update]
 [--exclude JSON] [--variables JSON]``.
 """
@@ -36,6 +37,7 @@ class Service:
         self.args = args
         self.log = open(args.log, "a", buffering=1)
         self.pending = set()
+        self.created = set()
         self.watchers = [
             handle.msg_watcher_create(
                 self.dispatch,
@@ -79,11 +81,19 @@ class Service:
             self.h.respond(msg, {"success": True})
 
     def create(self, msg, payload):
+        jobid = payload["jobid"]
+        if jobid in self.created:
+            # Like the real service, whose Kubernetes refuses a second
+            # workflow of the same name.
+            self.answer(msg, True, "workflow already exists")
+            return
+        self.created.add(jobid)
+        if self.args.create_hang:
+            return
         failed = self.args.create_fail
         self.answer(msg, failed, "create failed on purpose")
         if failed:
             return
-        jobid = payload["jobid"]
         if self.args.bad_update:
             self.send("resource-update", {"id": jobid})
             return
@@ -129,6 +139,7 @@ def main():
     parser.add_argument("log")
     for flag in (
         "--create-fail",
+        "--create-hang",
         "--setup-fail",
         "--setup-hang",
         "--post-run-fail",

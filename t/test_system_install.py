@@ -143,6 +143,11 @@ def test_destdir_install_stages_a_layout_that_works_once_moved(tmp_path):
     cmd_link = stage + os.path.join(CMDDIR, "flux-epilog-gate")
     assert os.readlink(plugin_link) == site_plugin(pkglibdir)
     assert os.path.isfile(stage + site_plugin(pkglibdir))
+    dws = os.readlink(stage + os.path.join(PLUGINDIR, "dws.so"))
+    assert dws == os.path.join(
+        os.path.dirname(os.path.dirname(site_plugin(pkglibdir))), "dws", "dws.so"
+    )
+    assert os.path.isfile(stage + dws)
     assert os.readlink(cmd_link) == os.path.join(pkglibdir, "bin", "flux-epilog-gate")
     assert interpreter(stage + os.readlink(cmd_link)) == f"{pkglibdir}/bin/python"
     for section in ("1", "7"):
@@ -193,6 +198,7 @@ def flux_core_dirs():
     removed before and after, even on failure."""
     links = [
         os.path.join(PLUGINDIR, "epilog-gate.so"),
+        os.path.join(PLUGINDIR, "dws.so"),
         os.path.join(CMDDIR, "flux-epilog-gate"),
     ]
     for d in (PLUGINDIR, CMDDIR):

@@ -25,6 +25,7 @@ import errno
 import json
 import math
 import syslog
+import time
 
 import flux.constants
 from flux.job import JobID
@@ -50,6 +51,7 @@ NO_SERVICE = (
 )
 
 DEPEND = flux.constants.FLUX_JOB_STATE_DEPEND
+RUN = flux.constants.FLUX_JOB_STATE_RUN
 CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
 
 
@@ -67,6 +69,49 @@ def answer_of(future):
     if errstr is not None and not isinstance(errstr, str):
         raise ValueError("'errstr' is not a string")
     return answer["success"], errstr
+
+
+def created_before(eventlog, when):
+    """True if ``eventlog`` (a job's, as text) has a ``dependency-add`` of
+    dws-create posted before time ``when``."""
+    return any(
+        entry.get("name") == "dependency-add"
+        and entry.get("context", {}).get("description") == CREATE
+        and isinstance(entry.get("timestamp"), (int, float))
+        and entry["timestamp"] < when
+        for entry in entries(eventlog)
+    )
+
+
+def entries(eventlog):
+    """The entries (dicts) of a job's eventlog given as text."""
+    if isinstance(eventlog, bytes):
+        eventlog = eventlog.decode(errors="replace")
+    for line in eventlog.splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and isinstance(entry.get("context", {}), dict):
+            yield entry
+
+
+def held_actions(eventlog):
+    """``{description: start time}`` of the dws-setup prolog and
+    dws-epilog epilog that ``eventlog`` shows started and not finished."""
+    kinds = {"prolog-start": SETUP, "epilog-start": EPILOG}
+    ends = {"prolog-finish": SETUP, "epilog-finish": EPILOG}
+    held = {}
+    for entry in entries(eventlog):
+        name = entry.get("name")
+        description = entry.get("context", {}).get("description")
+        if description is None:
+            continue
+        if kinds.get(name) == description:
+            held[description] = entry.get("timestamp", time.time())
+        elif ends.get(name) == description:
+            held.pop(description, None)
+    return held
 
 
 def parse_timeout(options):
@@ -100,6 +145,10 @@ class Dws(Plugin):
         self.prolog = {}
         #: job id -> its Epilog
         self.epilog = {}
+        #: ids of jobs already in DEPEND when this instance first saw them
+        #: (a load with jobs in flight): their dws-create may be an earlier
+        #: instance's
+        self.inherited = set()
 
     # Configuration
 
@@ -113,7 +162,12 @@ class Dws(Plugin):
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
         self.epilog_timeout = parse_timeout(self.jobtap.load_options())
         self.log(syslog.LOG_INFO, f"epilog timeout = {self.epilog_timeout:.3f}s")
-        for topic in ("job.state.depend", "job.state.run", "job.state.cleanup"):
+        for topic in (
+            "job.new",
+            "job.state.depend",
+            "job.state.run",
+            "job.state.cleanup",
+        ):
             self.jobtap.forward(topic)
         self.configured = True
 
@@ -143,8 +197,49 @@ class Dws(Plugin):
 
     # Dependency: dws-create
 
+    @job_topic("job.new", every_job=True, requires=DW)
+    def new(self, job):
+        # flux jobtap load calls job.new, then job.state.depend, for each
+        # job in flight: a job in DEPEND then may hold dws-create already.
+        if job.state == DEPEND:
+            self.inherited.add(job.id)
+        elif job.state in (RUN, CLEANUP):
+            # Held in its prolog or epilog by an earlier instance, maybe:
+            # learn which from its eventlog, and follow its events again.
+            jobid = job.id
+            self.jobtap.subscribe(jobid)
+            self.jobtap.read_kvs(
+                f"{JobID(jobid).kvs}.eventlog",
+                lambda text, error: self.recover(jobid, text, error),
+            )
+
+    def recover(self, jobid, text, error):
+        """Take over the job's dws-setup or dws-epilog, if still held."""
+        if error is not None:
+            self.log(syslog.LOG_ERR, f"{f58(jobid)}: eventlog unreadable: {error}")
+            return
+        held = held_actions(text)
+        if held.get(SETUP) is not None and jobid not in self.prolog:
+            self.prolog[jobid] = True
+        started = held.get(EPILOG)
+        if started is not None and jobid not in self.epilog:
+            epilog = self.epilog[jobid] = Epilog()
+            if self.epilog_timeout > 0:
+                left = started + self.epilog_timeout - time.time()
+                epilog.timer = self.jobtap.timer(
+                    max(left, 0.001), lambda: self.epilog_timed_out(jobid)
+                )
+        if held:
+            self.log(
+                syslog.LOG_INFO,
+                f"{f58(jobid)}: held by {', '.join(sorted(held))} "
+                "from before this load",
+            )
+
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def depend(self, job):
+        inherited = job.id in self.inherited
+        self.inherited.discard(job.id)
         jobspec = job.jobspec
         system = jobspec["attributes"]["system"]
         tolerance = system.get("dw_failure_tolerance", 0)
@@ -152,9 +247,14 @@ class Dws(Plugin):
         if type(tolerance) is not int or resources is None:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
+        added = time.time()
         try:
             self.jobtap.dependency_add(job.id, CREATE)
         except OSError as exc:
+            if inherited and exc.errno == errno.EEXIST:
+                # Added and removed before this load: the storage exists.
+                self.jobtap.subscribe(job.id)
+                return
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to add dws jobtap dependency for {f58(job.id)}: {exc}",
@@ -169,7 +269,30 @@ class Dws(Plugin):
             "userid": job.userid,
             "failure_tolerance": tolerance,
         }
-        self.jobtap.rpc("dws.create", payload, lambda f: self.created(job.id, f))
+        if not inherited:
+            self.send_create(job.id, payload)
+            return
+        # The service refuses a second create of a job's workflow: send
+        # it only if no earlier dws-create is in the job's eventlog.
+        jobid = job.id
+        self.jobtap.read_kvs(
+            f"{JobID(jobid).kvs}.eventlog",
+            lambda text, error: self.create_unless_created(
+                jobid, payload, added, text, error
+            ),
+        )
+
+    def create_unless_created(self, jobid, payload, added, text, error):
+        if error is None and created_before(text, added):
+            self.log(
+                syslog.LOG_INFO,
+                f"{f58(jobid)}: {CREATE} from before this load kept, not sent again",
+            )
+            return
+        self.send_create(jobid, payload)
+
+    def send_create(self, jobid, payload):
+        self.jobtap.rpc("dws.create", payload, lambda f: self.created(jobid, f))
 
     def created(self, jobid, future):
         try:
@@ -423,6 +546,7 @@ class Dws(Plugin):
 
     @job_topic("job.state.inactive")
     def inactive(self, job):
+        self.inherited.discard(job.id)
         self.prolog.pop(job.id, None)
         epilog = self.epilog.pop(job.id, None)
         if epilog is not None and epilog.timer is not None:

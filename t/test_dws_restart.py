@@ -1,0 +1,145 @@
+"""The dws plugin while a rabbit job waits in DEPEND on ``dws-create``:
+the plugin removed and loaded, a job-manager reload, an instance restart
+and a SIGKILL, under a real instance with t/dws_service.py."""
+
+import os
+
+import flux
+import flux.job
+import pytest
+import test_dws
+from jobs import described, eventlog, named, submit, wait_event, wait_inactive
+from test_dws import DW, contexts
+
+from flux_epilog_gate.paths import plugin_path
+
+# The fixtures of the dws tests.
+dws, rabbit_instance = test_dws.dws, test_dws.rabbit_instance
+
+#: The plugin under test: the installed dws.so, unless DWS_PLUGIN names
+#: another build of it (to measure flux-coral2's dws-jobtap.so the same way).
+PLUGIN = os.environ.get("DWS_PLUGIN") or plugin_path("dws")
+
+
+@pytest.fixture
+def dws_so():
+    return PLUGIN
+
+
+def update(h, jobid, resources):
+    """What the service sends once the job's storage is placed."""
+    h.rpc(
+        "job-manager.dws.resource-update",
+        {"id": jobid, "resources": resources, "exclude": {"properties": ["^x"]}},
+    ).get()
+
+
+def reload_job_manager(inst):
+    """Reload the job-manager, and with it the modules that talk to it."""
+    inst.flux("module", "reload", "job-manager")
+    inst.flux("module", "reload", "sched-simple")
+    inst.flux("module", "reload", "job-exec")
+
+
+def test_a_job_in_depend_survives_the_plugin_removed_and_loaded(rabbit_instance, dws):
+    # flux jobtap load calls job.state.depend again for each job in
+    # DEPEND, whose dws-create is still there.
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst, "--create-hang")
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    inst.flux("jobtap", "remove", os.path.basename(PLUGIN))
+    inst.flux("jobtap", "load", PLUGIN)
+    create = service.requests("dws.create")[0]
+    update(h, jobid, create["resources"])
+    wait_inactive(h, jobid)
+    events = eventlog(h, jobid)
+    assert not named(events, "exception"), [(e.name, e.context) for e in events]
+    assert len(named(events, "dependency-add", "dws-create")) == 1
+    assert named(events, "start")
+    # The service already has the job's workflow: no second dws.create.
+    assert len(service.requests("dws.create")) == 1
+
+
+def test_a_job_still_in_depend_after_its_create_survives_a_load(rabbit_instance, dws):
+    # dws-create added and removed, the job kept in DEPEND by another
+    # dependency: the description cannot be added again (EEXIST).
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst)
+    holder = submit(h, urgency=0)
+    deps = {"system.dependencies": [{"scheme": "afterany", "value": str(holder)}]}
+    jobid = submit(h, duration=0.1, **DW, **deps)
+    wait_event(h, jobid, "dependency-remove", match=described("dws-create"))
+    inst.flux("jobtap", "remove", os.path.basename(PLUGIN))
+    inst.flux("jobtap", "load", PLUGIN)
+    flux.job.cancel(h, holder)
+    wait_inactive(h, jobid)
+    events = eventlog(h, jobid)
+    assert not named(events, "exception"), [(e.name, e.context) for e in events]
+    assert named(events, "start")
+    assert len(service.requests("dws.create")) == 1
+    assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 0
+
+
+def test_a_job_in_depend_survives_a_job_manager_reload(rabbit_instance, dws):
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst, "--create-hang")
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    reload_job_manager(inst)
+    h = flux.Flux(inst.uri)
+    (create,) = service.requests("dws.create")
+    update(h, jobid, create["resources"])
+    wait_inactive(h, jobid)
+    events = eventlog(h, jobid)
+    assert not named(events, "exception"), [(e.name, e.context) for e in events]
+    assert named(events, "dependency-remove", "dws-create")
+    assert named(events, "start")
+    # The service already has the job's workflow: no second dws.create.
+    assert len(service.requests("dws.create")) == 1
+
+
+def test_a_job_in_depend_survives_an_instance_restart(rabbit_instance, dws):
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst, "--create-hang")
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    (create,) = service.requests("dws.create")
+    service.stop()
+    inst.stop()
+    inst.start()
+    h = inst.handle()
+    service = dws(inst)
+    update(h, jobid, create["resources"])
+    wait_inactive(h, jobid, timeout=30)
+    events = eventlog(h, jobid)
+    assert not named(events, "exception"), [(e.name, e.context) for e in events]
+    assert named(events, "start")
+
+
+def test_a_job_in_depend_survives_sigkill_and_restart(rabbit_instance, dws):
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst, "--create-hang")
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    (create,) = service.requests("dws.create")
+    service.stop()
+    inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
+    inst.kill()
+    inst.start()
+    h = inst.handle()
+    service = dws(inst)
+    update(h, jobid, create["resources"])
+    wait_inactive(h, jobid, timeout=30)
+    events = eventlog(h, jobid)
+    assert not named(events, "exception"), [(e.name, e.context) for e in events]
+    assert named(events, "start")
