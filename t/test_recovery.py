@@ -134,6 +134,23 @@ def test_the_gate_never_writes_an_empty_hold_log(new_instance):
     assert gate.hold(submit(handle, urgency=0), "after")["state"] == "pending"
 
 
+@pytest.mark.parametrize("kind", ["module", "instance"])
+def test_a_deleted_hold_log_keeps_an_active_hold(kind, new_instance, plugin):
+    """With the log's key removed by hand, a job already in CLEANUP is
+    still held by its active hold: its marked epilog-start tells."""
+    r = Reloader(kind, new_instance, plugin)
+    jobid = submit(r.handle, urgency=0)
+    r.gate.hold(jobid, "act")
+    flux.job.cancel(r.handle, jobid)
+    wait_event(r.handle, jobid, "epilog-start")
+    r.inst.flux("kvs", "unlink", KEY)
+    r.reload()
+    (hold,) = r.gate.list(jobid)
+    assert (hold["description"], hold["state"]) == ("act", "active")
+    assert r.gate.release(jobid, "act")["released"] is True
+    wait_inactive(r.handle, jobid, timeout=30)
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_bytes_that_are_not_utf8_cost_no_hold(kind, new_instance, plugin):
     """Issue 17, item 2."""

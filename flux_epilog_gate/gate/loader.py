@@ -37,7 +37,8 @@ def read_log(port):
     """Read the hold log: ``(jobs, size)``, ``jobs`` its entries by job
     (see :func:`flux_epilog_gate.logparse.parse`), or None if the log
     cannot be read (then every job that may be at its epilog point is
-    recovered from its eventlog), and ``size`` the bytes of its value.
+    recovered from its eventlog), and ``size`` the bytes of its value
+    (None if the key does not exist).
     Each line that is not an entry is logged, naming it.  Never raises."""
     try:
         data = port.kvs_get(KEY)
@@ -56,7 +57,7 @@ def read_log(port):
             f"{KEY}: skipped {len(skipped) - SKIPPED_LOGGED} more lines "
             f"({len(skipped)} in all) that are not hold log entries",
         )
-    return jobs, len(data or b"")
+    return jobs, (None if data is None else len(data))
 
 
 class Load:
@@ -77,8 +78,12 @@ class Load:
         #: Entries of the hold log by job, or None if it could not be read.
         self.log = {}
         self.log_size = 0
+        #: The log's key is absent: a first load, or a log deleted by hand.
+        self.absent = False
         if carried is None or any(job.recovering for job in carried.jobs.values()):
             self.log, self.log_size = read_log(port)
+            self.absent = self.log_size is None
+            self.log_size = self.log_size or 0
         # Jobs the job-manager sent job.new for (a carried gate forgets
         # the others: they went inactive while no plugin was loaded).
         self.seen = set()
@@ -116,7 +121,15 @@ class Load:
                 self._recover(jobid)
         # A job in DEPEND may be held by a dependency hold whose record a
         # crash lost: its marked dependency-add tells.
-        elif self.log is None or jobid in self.log or state == DEPEND:
+        # Without a log (deleted by hand?), a job already in CLEANUP may
+        # still carry an active hold: its marked epilog-start tells.  Only
+        # those, so that a first load into a busy instance stays unseen.
+        elif (
+            self.log is None
+            or jobid in self.log
+            or state == DEPEND
+            or (self.absent and state == CLEANUP)
+        ):
             self.gate.begin_recovery(jobid, userid)
             self._recover(jobid)
 
