@@ -234,6 +234,9 @@ class Prologs:
         # Still reading the eventlog: keep the start request back until we
         # know which prolog holds this job has.
         if not job.recovery_prolog_at:
+            # Read before the post: the eventlog read may return our own
+            # prolog-start, and replay must see it as ours (not older).
+            now = self.port.now()
             try:
                 self.port.prolog_start(job.id, RECOVERY_DESCRIPTION, None)
             except OSError as exc:
@@ -241,7 +244,7 @@ class Prologs:
                     syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-start: {exc}"
                 )
                 return
-            job.recovery_prolog_at = self.port.now()
+            job.recovery_prolog_at = now
 
     def _end_recovery_prologs(self, job):
         count = max(0, job.recovery_prologs_open) + (1 if job.recovery_prolog_at else 0)

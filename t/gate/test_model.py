@@ -696,14 +696,6 @@ def test_a_hold_asked_again_is_not_acknowledged_once_withdrawn(model):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a job that enters RUN while its eventlog is being read gets the "
-    "gate's recovery prolog-start; when the read returns that event, replay "
-    "counts it as an older one (its timestamp is before recovery_prolog_at, "
-    "read after the post), so two prolog-finish are posted for one start: the "
-    "extra one ends another action, and the job cleans while hold a is active",
-)
 def test_a_job_that_runs_during_recovery_gets_one_recovery_finish(model):
     _steps(
         model,
