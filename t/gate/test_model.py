@@ -676,13 +676,6 @@ def test_a_hold_whose_record_failed_at_unload_does_not_hang_its_job(model):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a hold asked again while its first record is in flight is "
-    "acknowledged once a later commit succeeds, although the failed first "
-    "commit withdrew the hold (gate/requests.py, hold: the barrier's answer "
-    "does not look whether the hold is still there)",
-)
 def test_a_hold_asked_again_is_not_acknowledged_once_withdrawn(model):
     _steps(
         model,
