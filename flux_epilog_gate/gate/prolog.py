@@ -106,7 +106,12 @@ class Prologs:
             if not is_prolog(hold):
                 continue
             if hold.state == PENDING:
-                self._drop(job, hold, Reason.NEVER_STARTED)
+                # Not recorded: a synced record would run ahead of the
+                # job-manager's unsynced exception event, and a crash that
+                # undoes the exception must find the hold again.  A load
+                # that finds the job in CLEANUP drops it then; the next
+                # snapshot of the log forgets it.
+                self._drop(job, hold, Reason.NEVER_STARTED, record=False)
             elif not hold.aborted:
                 hold.aborted = True
                 self.gate._notify(hold)
@@ -212,13 +217,14 @@ class Prologs:
         except OSError as exc:
             raise GateError.from_oserror(exc, f"tracking job {f58(job.id)}") from None
 
-    def _drop(self, job, hold, reason):
+    def _drop(self, job, hold, reason, record=True):
         # A pending hold: nothing was posted for it, so nothing is.
         del job.holds[hold.description]
         hold.state = GONE
         self.gate.gone.add(job.id, hold.description, reason)
         self.gate.stats["cancelled"] += 1
-        self.gate.holdlog.cancel(hold)
+        if record:
+            self.gate.holdlog.cancel(hold)
         if not job.holds and not job.recovering:
             self.gate._untrack(job)
 

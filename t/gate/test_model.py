@@ -638,12 +638,6 @@ def test_a_restart_keeps_the_hold_of_a_job_cancelled_before_its_epilog_point(mod
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the gate drops a pending prolog hold when its job is cancelled and "
-    "records that with a synced commit, before the job-manager's unsynced "
-    "exception event: a crash brings the job back to SCHED without the hold",
-)
 def test_a_crash_that_undoes_a_cancel_keeps_the_prolog_hold(model):
     _steps(
         model,
