@@ -115,8 +115,12 @@ class Load:
             if self.gate.retrack(jobid, state):
                 self._recover(jobid)
         # A job in DEPEND may be held by a dependency hold whose record a
-        # crash lost: its marked dependency-add tells.
-        elif self.log is None or jobid in self.log or state == DEPEND:
+        # crash lost: its marked dependency-add tells.  So may a job in
+        # CLEANUP by an epilog hold whose record failed as the plugin
+        # went away: its marked epilog-start tells.  (One eventlog read
+        # per such job; a restarted job-manager keeps in CLEANUP only the
+        # jobs with an epilog action open.)
+        elif self.log is None or jobid in self.log or state in (DEPEND, CLEANUP):
             self.gate.begin_recovery(jobid, userid)
             self._recover(jobid)
 

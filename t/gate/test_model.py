@@ -652,12 +652,6 @@ def test_a_crash_that_undoes_a_cancel_keeps_the_prolog_hold(model):
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a hold whose record fails to commit while the plugin is unloaded "
-    "keeps the epilog-start it posted; the restarted gate recovers only the "
-    "jobs its log names, so that action is never finished and the job hangs",
-)
 def test_a_hold_whose_record_failed_at_unload_does_not_hang_its_job(model):
     _steps(
         model,
