@@ -171,7 +171,9 @@ class Prologs:
             if hold.state == ACTIVE and state == CLEANUP:
                 hold.aborted = True
             elif hold.state == PENDING and state == CLEANUP:
-                self._drop(job, hold, Reason.NEVER_STARTED)
+                # Not recorded, as in on_cleanup: the exception may have
+                # come while the eventlog was read, and not be durable.
+                self._drop(job, hold, Reason.NEVER_STARTED, record=False)
             elif hold.state == PENDING and state == RUN:
                 if job.start_held:
                     self.activate(job, hold)

@@ -706,3 +706,17 @@ def test_a_job_that_runs_during_recovery_gets_one_recovery_finish(model):
         ("kvs_apply", False),
         ("settle",),
     )
+
+
+def test_a_crash_that_undoes_a_cancel_during_recovery_keeps_the_prolog_hold(model):
+    _steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", PROLOG),
+        ("settle",),
+        ("crash",),
+        ("settle",),
+        ("crash",),
+        ("list_holds",),
+        ("answer_read", 0),
+    )
