@@ -720,3 +720,16 @@ def test_a_crash_that_undoes_a_cancel_during_recovery_keeps_the_prolog_hold(mode
         ("list_holds",),
         ("answer_read", 0),
     )
+
+
+def test_a_reload_during_recovery_keeps_the_start_of_a_prolog_held_job_back(model):
+    _steps(
+        model,
+        ("submit",),
+        ("submit",),
+        ("hold", 1, "a", PROLOG),
+        ("churn", 0),
+        ("go_down", "restart"),
+        ("go_down", "reload"),
+        ("progress", 1, "alloc"),
+    )
