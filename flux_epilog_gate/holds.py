@@ -124,6 +124,7 @@ class Hold:
         "entry",
         "point",
         "aborted",
+        "record_error",
     )
 
     def __init__(self, jobid, description, userid, t_hold, timeout=None, point=EPILOG):
@@ -141,6 +142,9 @@ class Hold:
         # An active prolog hold whose job will never start (it entered
         # CLEANUP): its service should abort the setup and release it.
         self.aborted = False
+        # Why its record could not be committed (the hold was withdrawn):
+        # the answer to this hold's requests, also those that repeat it.
+        self.record_error = None
 
     def to_dict(self):
         """Return the hold as a ``list`` entry."""

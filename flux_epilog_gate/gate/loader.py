@@ -78,11 +78,8 @@ class Load:
         #: Entries of the hold log by job, or None if it could not be read.
         self.log = {}
         self.log_size = 0
-        #: The log's key is absent: a first load, or a log deleted by hand.
-        self.absent = False
         if carried is None or any(job.recovering for job in carried.jobs.values()):
             self.log, self.log_size = read_log(port)
-            self.absent = self.log_size is None
             self.log_size = self.log_size or 0
         # Jobs the job-manager sent job.new for (a carried gate forgets
         # the others: they went inactive while no plugin was loaded).
@@ -120,16 +117,12 @@ class Load:
             if self.gate.retrack(jobid, state):
                 self._recover(jobid)
         # A job in DEPEND may be held by a dependency hold whose record a
-        # crash lost: its marked dependency-add tells.
-        # Without a log (deleted by hand?), a job already in CLEANUP may
-        # still carry an active hold: its marked epilog-start tells.  Only
-        # those, so that a first load into a busy instance stays unseen.
-        elif (
-            self.log is None
-            or jobid in self.log
-            or state == DEPEND
-            or (self.absent and state == CLEANUP)
-        ):
+        # crash lost: its marked dependency-add tells.  So may a job in
+        # CLEANUP by an epilog hold whose record failed as the plugin
+        # went away: its marked epilog-start tells.  (One eventlog read
+        # per such job; a restarted job-manager keeps in CLEANUP only the
+        # jobs with an epilog action open.)
+        elif self.log is None or jobid in self.log or state in (DEPEND, CLEANUP):
             self.gate.begin_recovery(jobid, userid)
             self._recover(jobid)
 

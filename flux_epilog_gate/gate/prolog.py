@@ -106,7 +106,12 @@ class Prologs:
             if not is_prolog(hold):
                 continue
             if hold.state == PENDING:
-                self._drop(job, hold, Reason.NEVER_STARTED)
+                # Not recorded: a synced record would run ahead of the
+                # job-manager's unsynced exception event, and a crash that
+                # undoes the exception must find the hold again.  A load
+                # that finds the job in CLEANUP drops it then; the next
+                # snapshot of the log forgets it.
+                self._drop(job, hold, Reason.NEVER_STARTED, record=False)
             elif not hold.aborted:
                 hold.aborted = True
                 self.gate._notify(hold)
@@ -166,7 +171,9 @@ class Prologs:
             if hold.state == ACTIVE and state == CLEANUP:
                 hold.aborted = True
             elif hold.state == PENDING and state == CLEANUP:
-                self._drop(job, hold, Reason.NEVER_STARTED)
+                # Not recorded, as in on_cleanup: the exception may have
+                # come while the eventlog was read, and not be durable.
+                self._drop(job, hold, Reason.NEVER_STARTED, record=False)
             elif hold.state == PENDING and state == RUN:
                 if job.start_held:
                     self.activate(job, hold)
@@ -212,13 +219,14 @@ class Prologs:
         except OSError as exc:
             raise GateError.from_oserror(exc, f"tracking job {f58(job.id)}") from None
 
-    def _drop(self, job, hold, reason):
+    def _drop(self, job, hold, reason, record=True):
         # A pending hold: nothing was posted for it, so nothing is.
         del job.holds[hold.description]
         hold.state = GONE
         self.gate.gone.add(job.id, hold.description, reason)
         self.gate.stats["cancelled"] += 1
-        self.gate.holdlog.cancel(hold)
+        if record:
+            self.gate.holdlog.cancel(hold)
         if not job.holds and not job.recovering:
             self.gate._untrack(job)
 
@@ -234,6 +242,9 @@ class Prologs:
         # Still reading the eventlog: keep the start request back until we
         # know which prolog holds this job has.
         if not job.recovery_prolog_at:
+            # Read before the post: the eventlog read may return our own
+            # prolog-start, and replay must see it as ours (not older).
+            now = self.port.now()
             try:
                 self.port.prolog_start(job.id, RECOVERY_DESCRIPTION, None)
             except OSError as exc:
@@ -241,7 +252,7 @@ class Prologs:
                     syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-start: {exc}"
                 )
                 return
-            job.recovery_prolog_at = self.port.now()
+            job.recovery_prolog_at = now
 
     def _end_recovery_prologs(self, job):
         count = max(0, job.recovery_prologs_open) + (1 if job.recovery_prolog_at else 0)

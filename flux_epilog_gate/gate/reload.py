@@ -30,6 +30,9 @@ class Reload:
             return False
         self.port.track(jobid)
         if job.recovering:
+            # This plugin instance must be told of the job's entry to RUN
+            # too, to keep its start back until the eventlog is read.
+            self.prolog.recovering(job)
             return True
         self.prolog.recovered(job, state)
         self.depend.recovered(job, state)

@@ -32,7 +32,11 @@ class Requests:
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)
             if done is not None:
-                self.depend.barrier(lambda error: done(existing, error))
+                # Answered as the first request is: its record may fail
+                # (and withdraw the hold) before a later commit succeeds.
+                self.depend.barrier(
+                    lambda error: done(existing, error or existing.record_error)
+                )
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None:
@@ -105,6 +109,7 @@ class Requests:
 
     def _held(self, hold, error, done):
         if error is not None and not isinstance(error, NotConfirmed):
+            hold.record_error = error
             self._withdraw(hold)
         done(hold, error)
 

@@ -226,6 +226,18 @@ def test_a_recovery_that_raises_lets_the_job_and_the_others_go_on(port):
     assert port.outstanding(11) == ["keep-a"]
 
 
+def test_a_job_in_cleanup_the_log_does_not_name_gets_its_active_hold_back(port):
+    """The hold's record failed as the plugin went away: its marked
+    epilog-start is the only trace, and it must not hang the job."""
+    port.kvs[KEY] = entry(12, "other") + "\n"
+    port.add_job(11, CLEANUP, USER, happened={"alloc", "start", "finish"})
+    port.eventlogs[11] = [marked(100.0, "epilog-start", description="bb")]
+    loading, gate = load(port, jobs=(11, 12))
+    assert loading.ready
+    assert holds_of(gate)[(11, "bb")]["state"] == ACTIVE
+    assert gate.release(11, "bb") == (True, None)
+
+
 def test_an_eventlog_read_that_fails_recovers_from_the_log(port):
     port.kvs[KEY] = entry(11, "keep-a")
     port.defer_eventlogs = True

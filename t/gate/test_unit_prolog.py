@@ -17,7 +17,11 @@ from flux_epilog_gate.holds import (
     TIMEOUT_STATUS,
 )
 
-from .unitgate import JOB, USER, ev, recover
+from .unitgate import JOB, USER, ev, logged, recover
+
+
+def logged_entries(port):
+    return [entry for entries in logged(port).values() for entry in entries]
 
 
 def prolog_job(port, gate, *descriptions, timeout=None):
@@ -113,6 +117,17 @@ def test_cancel_drops_pending_prolog_holds_with_no_events(port, gate):
     assert port.events[JOB] == []
     assert gate.release(JOB, "setup") == (False, "job ended before it started")
     assert JOB not in gate.jobs
+
+
+def test_cancel_does_not_record_the_drop_ahead_of_its_exception(port, gate):
+    """The synced record would be checkpointed before the job-manager's
+    unsynced exception event: a crash would bring the job back to SCHED
+    with its hold dropped.  The log keeps the hold until a load finds the
+    job in CLEANUP, or a snapshot forgets it."""
+    prolog_job(port, gate, "setup")
+    cancel(port, gate)
+    assert [name for _, name, _ in logged_entries(port)] == [HOLD_EVENT]
+    assert gate.holdlog.holds() == []
 
 
 def test_cancel_aborts_active_prolog_holds_and_tells_watchers(port, gate):

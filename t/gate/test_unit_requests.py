@@ -503,3 +503,21 @@ def test_requests_past_max_pending_are_refused_and_change_nothing(port):
     assert answers == [None, None]
     gate.hold(3, "bb", done=lambda hold, error: answers.append(error))
     assert "bb" in gate.jobs[3].holds
+
+
+def test_a_hold_asked_again_gets_the_answer_of_its_failed_first_record(port):
+    """The first record fails and withdraws the hold; a repeat asked
+    meanwhile must not be acknowledged by the later commit that succeeds."""
+    gate = Gate(port, Config())
+    port.defer_commits = True
+    port.add_job(1, SCHED, USER)
+    answers = []
+    gate.hold(1, "bb", done=lambda hold, error: answers.append(("first", error)))
+    gate.hold(1, "other", done=lambda hold, error: answers.append(("other", error)))
+    gate.hold(1, "bb", done=lambda hold, error: answers.append(("again", error)))
+    port.complete_commit(errno.EIO)
+    port.complete_commit()
+    assert "bb" not in gate.jobs[1].holds
+    first = dict(answers)["first"]
+    again = dict(answers)["again"]
+    assert first is not None and again is first
