@@ -54,10 +54,6 @@ through a *port*, an object with these methods (the real one is
     aborted]}``) to a watcher; returns False if the watcher is gone
 ``end_watch(sink, errnum, text)``
     end a watcher's stream with an error
-``read_eventlog(id, callback)``
-    read a job's eventlog without blocking; later call
-    ``callback(events, error)`` with a list of ``(timestamp, name,
-    context)``, or None and an OSError
 ``log(level, text)``
     log a line (syslog levels)
 

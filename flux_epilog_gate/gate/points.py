@@ -8,6 +8,8 @@ A hold keeps its job at one of three points: before its clean
 through this protocol, so the three read side by side:
 
 =====================================  =====================================
+method or attribute                    who calls it: what it does
+=====================================  =====================================
 ``check(job, jobid, state)``           requests: refuse (GateError) a new
                                        hold that comes too late
 ``place(job, hold, state)``            requests: a new hold, active at once

@@ -49,9 +49,11 @@ class Reload:
             return False
         self.port.track(jobid)
         if job.recovering:
-            # This plugin instance must be told of the job's entry to RUN
-            # too, to keep its start back until the eventlog is read.
-            self.prolog.recovering(job)
+            # This plugin instance's points keep the job too (the prolog
+            # point must be told of its entry to RUN) until the eventlog
+            # is read.
+            for point in (self.epilog, self.prolog, self.depend):
+                point.recovering(job)
             return True
         self.prolog.recovered(job, state)
         self.depend.recovered(job, state)
