@@ -82,7 +82,7 @@ class JobTable(dict):
     (``replayed_progress``: the port only knows of events posted since
     this job-manager started).  Calls the port's ``track``, ``untrack``
     and ``posted``.  Every part of the gate reads it; the requests, the
-    points, the lifecycle and recovery add and remove jobs.
+    lifecycle and recovery add and remove jobs.
     """
 
     def __init__(self, port, gone_limit):

@@ -81,7 +81,9 @@ class Recovery:
         """Replace the job's holds by those ``events`` leave, keeping what
         this job-manager did meanwhile; return what :meth:`_replay` does."""
         # What this job-manager did while the eventlog was being read is
-        # not necessarily in ``events``: keep it.
+        # not necessarily in ``events``: keep it (its holds, and the epilog
+        # point's recovery action, which the replay may see closed by a
+        # previous job-manager).
         epilog_posted, held_meanwhile = job.recovery_epilog, job.holds
         job.holds = {}
         seen, unfinished = self._replay(job, events)
