@@ -78,6 +78,8 @@ This module is plain Python; it reaches the KVS through the gate's port
 
 import errno
 import json
+import math
+import re
 import syslog
 from collections import deque
 
@@ -147,6 +149,37 @@ def release_entry(hold, status, timestamp):
 
 
 def _line(timestamp, name, context):
+    """``json.dumps`` of the entry, compact, newline-terminated: written
+    out directly when every value needs no escaping (a log line per hold
+    and per release, in the job-manager's thread), else by json."""
+    parts = []
+    for key, value in context.items():
+        text = _plain(value)
+        if text is None:
+            return _json_line(timestamp, name, context)
+        parts.append(f'"{key}":{text}')
+    stamp = _plain(timestamp)
+    if stamp is None:
+        return _json_line(timestamp, name, context)
+    return f'{{"timestamp":{stamp},"name":"{name}","context":{{{",".join(parts)}}}}}\n'
+
+
+#: Strings json writes as they are: hold descriptions (see holds.py).
+_VERBATIM = re.compile(r"[A-Za-z0-9._-]*\Z").match
+
+
+def _plain(value):
+    """The JSON text of ``value`` if json would write it as ``repr`` does
+    (an int, a finite float, a string of :data:`_VERBATIM`), else None."""
+    kind = type(value)
+    if kind is int or (kind is float and math.isfinite(value)):
+        return repr(value)
+    if kind is str and _VERBATIM(value):
+        return f'"{value}"'
+    return None
+
+
+def _json_line(timestamp, name, context):
     entry = {"timestamp": timestamp, "name": name, "context": context}
     return json.dumps(entry, separators=(",", ":")) + "\n"
 
