@@ -78,12 +78,10 @@ This module is plain Python; it reaches the KVS through the gate's port
 
 import errno
 import json
-import math
-import re
 import syslog
 from collections import deque
 
-from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT, json_scalar
 from .logparse import ENTRY_NAMES, parse  # noqa: F401 - the log's reader
 
 #: The KVS key of the log.
@@ -154,29 +152,14 @@ def _line(timestamp, name, context):
     and per release, in the job-manager's thread), else by json."""
     parts = []
     for key, value in context.items():
-        text = _plain(value)
+        text = json_scalar(value)
         if text is None:
             return _json_line(timestamp, name, context)
         parts.append(f'"{key}":{text}')
-    stamp = _plain(timestamp)
+    stamp = json_scalar(timestamp)
     if stamp is None:
         return _json_line(timestamp, name, context)
     return f'{{"timestamp":{stamp},"name":"{name}","context":{{{",".join(parts)}}}}}\n'
-
-
-#: Strings json writes as they are: hold descriptions (see holds.py).
-_VERBATIM = re.compile(r"[A-Za-z0-9._-]*\Z").match
-
-
-def _plain(value):
-    """The JSON text of ``value`` if json would write it as ``repr`` does
-    (an int, a finite float, a string of :data:`_VERBATIM`), else None."""
-    kind = type(value)
-    if kind is int or (kind is float and math.isfinite(value)):
-        return repr(value)
-    if kind is str and _VERBATIM(value):
-        return f'"{value}"'
-    return None
 
 
 def _json_line(timestamp, name, context):

@@ -11,6 +11,8 @@ with ``dependency-add``/``dependency-remove``; it is active from the
 moment it is registered (see :mod:`flux_epilog_gate.gate.depend`).
 """
 
+import json
+import math
 import re
 from enum import StrEnum
 
@@ -162,5 +164,52 @@ class Hold:
             entry["timeout"] = self.timeout
         return entry
 
+    def to_json(self):
+        """Return :meth:`to_dict` as compact JSON text, written out
+        directly when json would write every value as it is (a list of
+        100,000 holds is answered from the job-manager's thread)."""
+        values = [
+            json_scalar(self.id),
+            json_scalar(self.description),
+            json_scalar(self.state),
+            json_scalar(self.userid),
+            json_scalar(self.t_hold),
+            json_scalar(self.point),
+        ]
+        if None in values:
+            return json.dumps(self.to_dict(), separators=(",", ":"))
+        start = timeout = ""
+        if self.t_start is not None:
+            start = json_scalar(self.t_start)
+            if start is None:
+                return json.dumps(self.to_dict(), separators=(",", ":"))
+            start = f',"t_start":{start}'
+        if self.timeout is not None:
+            timeout = json_scalar(self.timeout)
+            if timeout is None:
+                return json.dumps(self.to_dict(), separators=(",", ":"))
+            timeout = f',"timeout":{timeout}'
+        jobid, description, state, userid, t_hold, point = values
+        return (
+            f'{{"id":{jobid},"description":{description},"state":{state},'
+            f'"userid":{userid},"t_hold":{t_hold},"point":{point}{start}{timeout}}}'
+        )
+
     def __repr__(self):
         return f"Hold({self.id}, {self.description!r}, {self.state})"
+
+
+#: Strings json writes as they are (hold descriptions are of these).
+_VERBATIM = re.compile(r"[A-Za-z0-9._-]*\Z").match
+
+
+def json_scalar(value):
+    """The JSON text of ``value`` if json would write it as ``repr`` does
+    (an int, a finite float, a string of letters, digits, '.', '_' and
+    '-'), else None."""
+    kind = type(value)
+    if kind is int or (kind is float and math.isfinite(value)):
+        return repr(value)
+    if isinstance(value, str) and _VERBATIM(value):
+        return f'"{str.__str__(value)}"'
+    return None

@@ -429,6 +429,11 @@ class Jobtap:
         text = json.dumps(payload, separators=(",", ":")).encode()
         return self.lib.flux_respond(self.h, msg, text) == 0
 
+    def send_text(self, msg, text):
+        """Respond to request ``msg`` with ``text``, a JSON object's text;
+        False if that failed."""
+        return self.lib.flux_respond(self.h, msg, text.encode()) == 0
+
     def respond_error(self, msg, errnum, text):
         self.lib.flux_respond_error(
             self.h, msg, errnum, text.encode("utf-8", "replace")

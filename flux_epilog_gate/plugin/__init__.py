@@ -288,8 +288,10 @@ class EpilogGatePlugin(Plugin):
     def list_request(self, request):
         payload = request.payload
         jobid = protocol.parse_list(payload if payload is not None else {})
-        holds = self.gate.list(jobid, userid=None if request.owner else request.userid)
-        self.jobtap.send(request.msg, {"holds": holds})
+        text = self.gate.list_json(
+            jobid, userid=None if request.owner else request.userid
+        )
+        self.jobtap.send_text(request.msg, text)
 
     @request("watch", guests=True)
     @_after_recovery
