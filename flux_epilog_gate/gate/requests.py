@@ -8,7 +8,7 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import NotConfirmed
-from .holds import ACTIVE, DEPEND, EPILOG, PROLOG, Hold, Reason
+from .holds import ACTIVE, DEPEND, EPILOG, PROLOG, Hold, Quoter, Reason
 from .states import INACTIVE
 
 
@@ -170,7 +170,10 @@ class Requests:
     def list_json(self, jobid=None, userid=None):
         """The answer to ``list`` (``{"holds": [...]}``) as JSON text: of
         :meth:`list`'s entries, each written out by the hold itself."""
-        entries = ",".join([hold.to_json() for hold in self._listed(jobid, userid)])
+        quote = Quoter()
+        entries = ",".join(
+            [hold.to_json(quote) for hold in self._listed(jobid, userid)]
+        )
         return f'{{"holds":[{entries}]}}'
 
     def _listed(self, jobid, userid):
