@@ -3,15 +3,19 @@
 
     python bench/instructions.py                  # every configuration
     python bench/instructions.py --configs bare,gate-idle --jobs 200
+    python bench/instructions.py --workloads exception,normal
 
 Jobs/s on a shared 2-core machine move by 10-20% from run to run;
 instruction counts do not.  For each configuration of bench/run.py this
 starts a test instance whose broker runs under ``valgrind --tool=callgrind``,
-drives the exception-path workload (each job cancelled while pending, held
-and released in the gated configurations) with instrumentation switched on
-for the driven jobs only, and reports the job-manager thread's instructions
-per job, with the share spent in Python (libpython and cffi).  It is slow
-(about a minute per configuration) and needs valgrind.
+drives a workload of bench/run.py (by default the exception path: each job
+cancelled while pending, held and released in the gated configurations)
+with instrumentation switched on for the driven jobs only, and reports the
+job-manager thread's instructions per job, with the share spent in Python
+(libpython and cffi) and the calls of fnmatch() per job (flux-core matches
+each jobtap call against every handler of every plugin with it).  It is
+slow (about half a minute per configuration and workload) and needs
+valgrind.
 """
 
 import argparse
@@ -40,9 +44,10 @@ CONFIGS = dict(options.CONFIGS, **{"gate-annotate": ("gate", True, {"annotate": 
 
 PYTHON_OBJECTS = ("libpython", "_cffi_backend")
 JOB_MANAGER_FUNCTION = "event_job_process_entry"
+FNMATCH = "fnmatch.c:fnmatch@@"
 
 
-def inner(config, jobs, outdir):
+def inner(config, workload, jobs, outdir):
     """Inside the instance: load the configuration's plugin, warm up, then
     drive ``jobs`` jobs with callgrind's instrumentation on."""
     import flux
@@ -53,22 +58,22 @@ def inner(config, jobs, outdir):
     if plugin_kind:
         plugins.load(h, plugin_kind, conf)
     client = Client(h, plugins.service(plugin_kind) if gated else None)
-    spec = spec_for("exception")
+    spec = spec_for(workload)
     warm = client.submit_held(20, spec)
-    drive(client, warm, "exception", gated)
+    drive(client, warm, workload, gated)
     ids = client.submit_held(jobs, spec)
     Broker(h).quiesce()
     pid = h.attr_get("broker.pid")
     control = ["callgrind_control", "-i"]
     subprocess.run([*control, "on", pid], check=True, capture_output=True)
-    drive(client, ids, "exception", gated)
+    drive(client, ids, workload, gated)
     subprocess.run([*control, "off", pid], check=True, capture_output=True)
     subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
 
 
-def measure(config, jobs, workdir):
+def measure(config, jobs, workdir, workload="exception"):
     """Run one configuration; return the job-manager thread's profile."""
-    out = os.path.join(workdir, config)
+    out = os.path.join(workdir, f"{workload}-{config}")
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     wrap = ",".join(
@@ -90,6 +95,8 @@ def measure(config, jobs, workdir):
             os.path.abspath(__file__),
             "--inner",
             config,
+            "--workloads",
+            workload,
             "--jobs",
             str(jobs),
             "--workdir",
@@ -120,40 +127,65 @@ def job_manager_profile(files, jobs):
     return {
         "instructions_per_job": total / jobs,
         "python_per_job": python_instructions(path) / jobs,
+        "fnmatch_per_job": calls_of(path, FNMATCH) / jobs,
+        "profile": path,
     }
 
 
-def python_instructions(path):
-    """Instructions spent in the Python interpreter and cffi (exclusive)."""
-    text = subprocess.run(
-        ["callgrind_annotate", "--threshold=100", path],
+def annotate(path, *options):
+    return subprocess.run(
+        ["callgrind_annotate", "--threshold=100", *options, path],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
+
+
+def python_instructions(path):
+    """Instructions spent in the Python interpreter and cffi (exclusive)."""
     count = 0
-    for line in text.splitlines():
+    for line in annotate(path).splitlines():
         m = re.match(r"\s*([\d,]+) \(.*\)\s+\S+\s+\[(.*)\]\s*$", line)
         if m and any(name in m.group(2) for name in PYTHON_OBJECTS):
             count += int(m.group(1).replace(",", ""))
     return count
 
 
-def report(results, jobs):
-    print(f"job-manager thread, exception path, {jobs} jobs per configuration")
-    print(f"  {'config':16}{'instr/job':>12}{'of it Python':>14}")
+def calls_of(path, function):
+    """How many times ``function`` (part of callgrind's file:function name)
+    was called: the sum of its callers' call counts."""
+    text = annotate(path, "--auto=no", "--inclusive=yes", "--tree=caller")
+    count = 0
+    for block in text.split("\n\n"):
+        lines = block.strip().splitlines()
+        if not any(" *  " in line and function in line for line in lines):
+            continue
+        for line in lines:
+            m = re.search(r"<.* \(([\d,]+)x\)", line)
+            if m:
+                count += int(m.group(1).replace(",", ""))
+    return count
+
+
+RATIOS = (
+    ("bare-again", "bare"),
+    ("gate-idle", "bare"),
+    ("gate", "native"),
+    ("gate", "native-durable"),
+    ("native-durable", "native"),
+)
+
+
+def report(results, jobs, workload):
+    print(f"job-manager thread, {workload} path, {jobs} jobs per configuration")
+    print(f"  {'config':16}{'instr/job':>12}{'of it Python':>14}{'fnmatch/job':>13}")
     for config, r in results.items():
         print(
-            f"  {config:16}{r['instructions_per_job'] / 1e3:>11.0f}k"
-            f"{r['python_per_job'] / 1e3:>13.0f}k"
+            f"  {config:16}{r['instructions_per_job'] / 1e3:>11.1f}k"
+            f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}"
         )
     print("ratios")
-    for a, b in (
-        ("gate-idle", "bare"),
-        ("gate", "native"),
-        ("gate", "native-durable"),
-        ("native-durable", "native"),
-    ):
+    for a, b in RATIOS:
         if a in results and b in results:
             ratio = (
                 results[a]["instructions_per_job"] / results[b]["instructions_per_job"]
@@ -164,6 +196,11 @@ def report(results, jobs):
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument(
+        "--workloads",
+        default="exception",
+        help=f"comma-separated, of {','.join(options.WORKLOADS)}",
+    )
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--output", help="JSON results file")
     parser.add_argument("--keep", help="keep the callgrind profiles in this directory")
@@ -175,7 +212,7 @@ def parse_args():
 def main():
     args = parse_args()
     if args.inner:
-        inner(args.inner, args.jobs, args.workdir)
+        inner(args.inner, args.workloads, args.jobs, args.workdir)
         return
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if not shutil.which(tool):
@@ -184,20 +221,30 @@ def main():
     unknown = [c for c in configs if c not in CONFIGS]
     if unknown:
         raise SystemExit(f"instructions: unknown configuration {unknown[0]!r}")
+    workloads = args.workloads.split(",")
+    if any(w not in options.WORKLOADS for w in workloads):
+        raise SystemExit(f"instructions: workloads are {','.join(options.WORKLOADS)}")
     results = {}
     with tempfile.TemporaryDirectory(prefix="epilog-gate-cg-") as tmp:
         workdir = args.keep or tmp
         os.makedirs(workdir, exist_ok=True)
-        for config in configs:
-            print(f"instructions: {config}", file=sys.stderr, flush=True)
-            results[config] = measure(config, args.jobs, workdir)
-    report(results, args.jobs)
+        for workload in workloads:
+            results[workload] = {}
+            for config in configs:
+                print(f"instructions: {workload} {config}", file=sys.stderr, flush=True)
+                results[workload][config] = measure(
+                    config, args.jobs, workdir, workload
+                )
+                if not args.keep:
+                    del results[workload][config]["profile"]
+    for workload in workloads:
+        report(results[workload], args.jobs, workload)
     output = args.output or os.path.join(
         RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-instructions.json"
     )
     os.makedirs(os.path.dirname(output), exist_ok=True)
     with open(output, "w") as f:
-        json.dump({"jobs": args.jobs, "configs": results}, f, indent=2)
+        json.dump({"jobs": args.jobs, "workloads": results}, f, indent=2)
     print(f"results: {output}")
 
 

@@ -5,6 +5,7 @@ on the unit tests' fake port)."""
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -134,3 +135,188 @@ def forget_records(port):
     port.logs.clear()
     port.tracked.clear()
     port.track_calls.clear()
+
+
+# How the costs grow with the number of holds (python bench/scale.py)
+
+#: Pending holds the growth run measures at, in turn, on one instance.
+SIZES = (1000, 3000, 10000, 30000, 100000)
+
+#: Holds in flight while the run registers holds (max-pending is 10,000).
+HOLD_WINDOW = 1000
+
+#: Pairs of a hold and its release, each pair waiting for its answers,
+#: that the snapshot probe sends: each is its own hold-log commit, so the
+#: probe crosses MAX_APPENDS (256) appends and the log is rewritten whole.
+PROBE_PAIRS = 150
+
+
+def growth_run(plugins, sizes, cores, settle, repeat):
+    """One instance of epilog-gate; pending holds grow to each of
+    ``sizes`` in turn.  At each size: the broker memory the new holds
+    retained, per hold; the time of ``list`` in the plugin (round trip)
+    and in the command line; and the longest gap between two answers of
+    the job-manager to a stream of pings while the hold log is
+    snapshotted."""
+    rows = []
+    with plugins.instance("gate", cores) as inst:
+        h = inst.handle()
+        client = Client(h, plugins.service("gate"))
+        broker = Broker(h)
+        spec = spec_for("exception")
+        client.warm_up(20, spec)
+        held = 0
+        for size in sizes:
+            log(f"growth: {size} holds")
+            ids = client.submit_held(size - held, spec)
+            probe = client.submit_held(PROBE_PAIRS, spec)
+            broker.quiesce(limit=30)
+            trimmed = broker.settle(settle)
+            rss0 = broker.rss_kb()
+            hold_windowed(client, ids)
+            broker.quiesce(limit=30)
+            if trimmed:
+                broker.settle(settle)
+            rss1 = broker.rss_kb()
+            held = size
+            row = {
+                "holds": size,
+                "retained_bytes_per_hold": (rss1 - rss0) * 1024 / len(ids),
+                "trimmed": trimmed,
+            }
+            row.update(list_timing(h, repeat, size))
+            row.update(cli_timing(inst, repeat))
+            row["snapshot_stall_ms"], row["ping_gap_ms_without"] = snapshot_stall(
+                inst, client, probe
+            )
+            rows.append(row)
+            print_growth_row(row, header=len(rows) == 1)
+    return rows
+
+
+def hold_windowed(client, ids, window=HOLD_WINDOW):
+    """Hold every job of ``ids``, ``window`` requests in flight."""
+    for i, jobid in enumerate(ids):
+        client.hold(jobid)
+        if client.pending_responses >= window:
+            client.run_until(
+                lambda: client.pending_responses < window // 2, what="hold answers"
+            )
+    client.drain_responses(timeout=300)
+
+
+def cli_timing(inst, repeat):
+    """Wall time of ``flux-epilog-gate list`` (table to /dev/null) and of
+    ``list --json``: the whole command, interpreter start included."""
+    command = os.path.join(os.path.dirname(sys.executable), "flux-epilog-gate")
+    out = {}
+    for name, extra in (("cli_list_ms", []), ("cli_list_json_ms", ["--json"])):
+        times = []
+        for _ in range(repeat):
+            t0 = time.monotonic()
+            subprocess.run(
+                [command, "list", *extra],
+                env=inst.env,
+                check=True,
+                stdout=subprocess.DEVNULL,
+            )
+            times.append(time.monotonic() - t0)
+        out[name] = statistics.median(times) * 1e3
+    return out
+
+
+def snapshot_stall(inst, client, probe):
+    """The longest gap (ms) between two answers of the job-manager to a
+    stream of pings (one in flight at a time, from a process of its own)
+    while ``probe`` jobs are each held and released, each request
+    waiting for its answer; and the longest gap in as long a stretch
+    without them."""
+    quiet = ping_gaps(inst, lambda: time.sleep(1.0))
+
+    def drive():
+        for jobid in probe:
+            client.hold(jobid)
+            client.drain_responses()
+            client.release(jobid)
+            client.drain_responses()
+
+    busy = ping_gaps(inst, drive)
+    return max(busy), max(quiet)
+
+
+def ping_gaps(inst, action):
+    """Gaps (ms) between the job-manager's answers to pings sent back to
+    back by a child process while ``action()`` runs here."""
+    code = (
+        "import sys, time, flux\n"
+        "h = flux.Flux()\n"
+        "last = time.monotonic(); gaps = []\n"
+        "sys.stdout.write('ready\\n'); sys.stdout.flush()\n"
+        "while not sys.stdin.closed:\n"
+        "    h.rpc('job-manager.ping', {}).get()\n"
+        "    now = time.monotonic(); gaps.append(now - last); last = now\n"
+        "    import select\n"
+        "    if select.select([sys.stdin], [], [], 0)[0]:\n"
+        "        break\n"
+        "print(' '.join(f'{g * 1e3:.3f}' for g in gaps[1:]))\n"
+    )
+    pinger = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=inst.env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    pinger.stdout.readline()
+    try:
+        action()
+    finally:
+        out, _ = pinger.communicate("stop\n", timeout=60)
+    return [float(g) for g in out.split()] or [0.0]
+
+
+def print_growth_row(row, header=False):
+    if header:
+        print(
+            f"{'holds':>8} {'list ms':>8} {'CLI ms':>8} {'CLI json':>9} "
+            f"{'answer MB':>9} {'B/hold':>7} {'stall ms':>9} {'(quiet)':>8}",
+            flush=True,
+        )
+    print(
+        f"{row['holds']:>8} {row['list_ms_answer_median']:>8.0f} "
+        f"{row['cli_list_ms']:>8.0f} {row['cli_list_json_ms']:>9.0f} "
+        f"{row['list_bytes'] / 1e6:>9.1f} {row['retained_bytes_per_hold']:>7.0f} "
+        f"{row['snapshot_stall_ms']:>9.1f} {row['ping_gap_ms_without']:>8.1f}",
+        flush=True,
+    )
+
+
+def main():
+    import argparse
+    import tempfile
+
+    from common import RESULTS, Plugins
+
+    parser = argparse.ArgumentParser(
+        description="How list, memory and snapshots grow with pending holds."
+    )
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES))
+    parser.add_argument("--cores", type=int, default=64)
+    parser.add_argument("--settle", type=float, default=12.0)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--output", help="JSON results file")
+    args = parser.parse_args()
+    sizes = sorted(int(s) for s in args.sizes.split(","))
+    with tempfile.TemporaryDirectory(prefix="epilog-gate-scale-") as tmp:
+        rows = growth_run(Plugins(tmp), sizes, args.cores, args.settle, args.repeat)
+    output = args.output or os.path.join(
+        RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-scale.json"
+    )
+    os.makedirs(os.path.dirname(output), exist_ok=True)
+    with open(output, "w") as f:
+        json.dump({"sizes": rows}, f, indent=2)
+    print(f"results: {output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -271,6 +271,12 @@ class Gate:
         :meth:`Requests.list <flux_epilog_gate.gate.requests.Requests.list>`)."""
         return self.requests.list(jobid, userid)
 
+    def list_json(self, jobid=None, userid=None):
+        """The answer to ``list`` as JSON text (see
+        :meth:`Requests.list_json <flux_epilog_gate.gate.requests.Requests.list_json>`).
+        """
+        return self.requests.list_json(jobid, userid)
+
     def apply_rules(self, jobid, attributes):
         """Register the holds that configured rules give a new job."""
         self.requests.apply_rules(jobid, attributes)

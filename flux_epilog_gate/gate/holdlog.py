@@ -81,7 +81,7 @@ import json
 import syslog
 from collections import deque
 
-from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT, json_scalar
 from .logparse import ENTRY_NAMES, parse  # noqa: F401 - the log's reader
 
 #: The KVS key of the log.
@@ -151,6 +151,22 @@ def release_entry(hold, status, timestamp):
 
 
 def _line(timestamp, name, context):
+    """``json.dumps`` of the entry, compact, newline-terminated: written
+    out directly when every value needs no escaping (a log line per hold
+    and per release, in the job-manager's thread), else by json."""
+    parts = []
+    for key, value in context.items():
+        text = json_scalar(value)
+        if text is None:
+            return _json_line(timestamp, name, context)
+        parts.append(f'"{key}":{text}')
+    stamp = json_scalar(timestamp)
+    if stamp is None:
+        return _json_line(timestamp, name, context)
+    return f'{{"timestamp":{stamp},"name":"{name}","context":{{{",".join(parts)}}}}}\n'
+
+
+def _json_line(timestamp, name, context):
     entry = {"timestamp": timestamp, "name": name, "context": context}
     return json.dumps(entry, separators=(",", ":")) + "\n"
 

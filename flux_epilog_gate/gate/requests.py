@@ -8,7 +8,7 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import NotConfirmed
-from .holds import ACTIVE, DEPEND, EPILOG, Hold, Reason
+from .holds import ACTIVE, DEPEND, EPILOG, Hold, Quoter, Reason
 from .states import INACTIVE
 
 
@@ -163,6 +163,18 @@ class Requests:
         """Return list entries of all holds, or of one job's; only those of
         ``userid``'s jobs when it is given, and another user's job is then
         an unknown job (ENOENT), as it is to flux-core's job-list."""
+        return [hold.to_dict() for hold in self._listed(jobid, userid)]
+
+    def list_json(self, jobid=None, userid=None):
+        """The answer to ``list`` (``{"holds": [...]}``) as JSON text: of
+        :meth:`list`'s entries, each written out by the hold itself."""
+        quote = Quoter()
+        entries = ",".join(
+            [hold.to_json(quote) for hold in self._listed(jobid, userid)]
+        )
+        return f'{{"holds":[{entries}]}}'
+
+    def _listed(self, jobid, userid):
         if jobid is not None:
             job = self.jobs.get(jobid)
             owner = job.userid if job else self._job_info(jobid)[1]  # or ENOENT
@@ -171,12 +183,12 @@ class Requests:
             jobs = [job] if job else []
         else:
             jobs = self.jobs.values()
-        return [
-            hold.to_dict()
+        return (
+            hold
             for job in jobs
             if userid is None or job.userid == userid
             for hold in job.holds.values()
-        ]
+        )
 
     def _job_info(self, jobid):
         try:

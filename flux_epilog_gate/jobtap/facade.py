@@ -255,16 +255,25 @@ class Jobtap:
         blocking; later call ``callback(error)``, None on success.  With
         ``sync`` the KVS flushes the content store and checkpoints the
         new root before it answers (FLUX_KVS_SYNC)."""
-        txn = raw.flux_kvs_txn_create()
+        # The bindings' cffi functions themselves, not their checking
+        # wrappers (``raw``): this runs for every batch of records, and a
+        # wrapper costs more than its call.
+        txn = flux_lib.flux_kvs_txn_create()
+        if txn == flux_ffi.NULL:
+            raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
         try:
             flags = flux_lib.FLUX_KVS_APPEND if append else 0
-            raw.flux_kvs_txn_put(txn, flags, key.encode(), text.encode())
+            if flux_lib.flux_kvs_txn_put(txn, flags, key.encode(), text.encode()) < 0:
+                raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
             commit_flags = flux_lib.FLUX_KVS_SYNC if sync else 0
-            future = Future(
-                raw.flux_kvs_commit(self.flux.handle, flux_ffi.NULL, commit_flags, txn)
+            handle = flux_lib.flux_kvs_commit(
+                self.flux.handle, flux_ffi.NULL, commit_flags, txn
             )
+            if handle == flux_ffi.NULL:
+                raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
+            future = Future(handle)
         finally:
-            raw.flux_kvs_txn_destroy(txn)
+            flux_lib.flux_kvs_txn_destroy(txn)
         self._commits.add(future)
 
         def done(future):
@@ -428,6 +437,11 @@ class Jobtap:
             return self.lib.flux_respond(self.h, msg, self.ffi.NULL) == 0
         text = json.dumps(payload, separators=(",", ":")).encode()
         return self.lib.flux_respond(self.h, msg, text) == 0
+
+    def send_text(self, msg, text):
+        """Respond to request ``msg`` with ``text``, a JSON object's text;
+        False if that failed."""
+        return self.lib.flux_respond(self.h, msg, text.encode()) == 0
 
     def respond_error(self, msg, errnum, text):
         self.lib.flux_respond_error(

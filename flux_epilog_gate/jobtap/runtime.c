@@ -47,6 +47,18 @@ enum runtime_plugin_topic {
 #define RUNTIME_JOB_TOPICS "job.[se][tv][ae][tn][et].*"
 /* Matches conf.update and plugin.query. */
 #define RUNTIME_PLUGIN_TOPICS "[cp][ol][nu][fg][.i]*"
+#define RUNTIME_PASS_AUX "jobtap-runtime::pass::" RUNTIME_NAME
+
+/* The job-manager's methods whose handling calls conf.update (each
+ * `flux config reload`) and plugin.query (`flux jobtap query`) on its
+ * plugins: the plugin's handler of those topics is registered only
+ * while one of them is being handled (see runtime_plugin_topics).
+ */
+static const char *runtime_callers[] = {
+    "job-manager.config-reload",
+    "job-manager.jobtap-query",
+};
+#define RUNTIME_NCALLERS (sizeof (runtime_callers) / sizeof (runtime_callers[0]))
 
 struct runtime_topic {
     char name[64];
@@ -76,7 +88,19 @@ struct runtime_ctx {
     int marked;         /* jobs carrying our mark */
     int job_handler;    /* the handler of job.state.* / job.event.* is on */
     int new_handler;    /* the handler of job.new is on */
+    int plugin_handler; /* the handler of conf.update / plugin.query is on */
+    flux_msg_handler_t *callers[RUNTIME_NCALLERS];
+    struct runtime_pass *passes;
+    flux_watcher_t *idle;   /* runtime_plugin_topics (off), deferred */
     struct runtime_method *methods;
+};
+
+/* A request of runtime_callers passed on to the job-manager, while it is
+ * being handled: freed with the request.
+ */
+struct runtime_pass {
+    struct runtime_ctx *ctx;    /* NULL once the instance is gone */
+    struct runtime_pass *next;
 };
 
 /* A job's mark: the job reaches Python (marked), and the WANTED topics it
@@ -380,15 +404,147 @@ static int runtime_job_cb (flux_plugin_t *p,
 static int runtime_plugin_cb (flux_plugin_t *p,
                               const char *topic,
                               flux_plugin_arg_t *args,
+                              void *data);
+static void runtime_caller_cb (flux_t *h,
+                               flux_msg_handler_t *mh,
+                               const flux_msg_t *msg,
+                               void *arg);
+
+/* Every handler of a plugin costs each jobtap call of each job an
+ * fnmatch() (over 1,000 instructions in a UTF-8 locale), even of jobs the
+ * plugin never hears of: together that was 2% of a job's cost in the
+ * job-manager.  conf.update and plugin.query come only while the
+ * job-manager handles one of runtime_callers (and at load, when the
+ * handler registered by flux_plugin_init serves), so their handler is
+ * registered only then: the plugin shadows those methods with handlers
+ * of its own (a later handler of a method takes precedence), and one
+ * that fires puts the topics' handler back, steps aside and hands the
+ * request back to the job-manager at the head of the queue.  When that
+ * request is freed, handled, the topics' handler goes again.
+ *
+ * 'on' registers the handler; otherwise it is removed, but only once the
+ * shadowing handlers are all in place: whatever fails, the plugin still
+ * hears of every conf.update and plugin.query.  Going off is deferred to
+ * the reactor (runtime_idle_cb): a plugin loaded from the config is
+ * loaded before the job-manager registers its own methods, and must
+ * shadow them only once they are there.
+ */
+static int runtime_plugin_topics (struct runtime_ctx *ctx, int on)
+{
+    flux_t *h = flux_jobtap_get_flux (ctx->p);
+
+    if (on) {
+        if (!ctx->plugin_handler
+            && flux_plugin_add_handler (ctx->p, RUNTIME_PLUGIN_TOPICS,
+                                        runtime_plugin_cb, ctx) < 0)
+            return -1;
+        ctx->plugin_handler = 1;
+        return 0;
+    }
+    for (size_t i = 0; i < RUNTIME_NCALLERS; i++) {
+        struct flux_match match = FLUX_MATCH_REQUEST;
+
+        if (ctx->callers[i])
+            continue;
+        match.topic_glob = (char *)runtime_callers[i];
+        if (!(ctx->callers[i] = flux_msg_handler_create (h, match,
+                                                         runtime_caller_cb,
+                                                         ctx)))
+            return -1;
+        flux_msg_handler_start (ctx->callers[i]);
+    }
+    if (ctx->plugin_handler
+        && flux_plugin_remove_handler (ctx->p, RUNTIME_PLUGIN_TOPICS) < 0)
+        return -1;
+    ctx->plugin_handler = 0;
+    return 0;
+}
+
+static void runtime_pass_unlink (struct runtime_pass *pass)
+{
+    struct runtime_pass **pp = &pass->ctx->passes;
+
+    while (*pp && *pp != pass)
+        pp = &(*pp)->next;
+    if (*pp)
+        *pp = pass->next;
+    pass->ctx = NULL;
+}
+
+static void runtime_idle_cb (flux_reactor_t *r,
+                             flux_watcher_t *w,
+                             int revents,
+                             void *arg)
+{
+    struct runtime_ctx *ctx = arg;
+
+    if (!ctx->passes && runtime_plugin_topics (ctx, 0) < 0)
+        flux_log_error (flux_jobtap_get_flux (ctx->p),
+                        "%s: shadowing conf.update callers", RUNTIME_NAME);
+}
+
+/* The job-manager is done with a request passed on to it. */
+static void runtime_pass_done (void *arg)
+{
+    struct runtime_pass *pass = arg;
+    struct runtime_ctx *ctx = pass->ctx;
+
+    if (ctx) {
+        runtime_pass_unlink (pass);
+        flux_watcher_start (ctx->idle);
+    }
+    free (pass);
+}
+
+static void runtime_caller_cb (flux_t *h,
+                               flux_msg_handler_t *mh,
+                               const flux_msg_t *msg,
+                               void *arg)
+{
+    struct runtime_ctx *ctx = arg;
+    struct runtime_pass *pass;
+
+    for (size_t i = 0; i < RUNTIME_NCALLERS; i++) {
+        if (ctx->callers[i] == mh)
+            ctx->callers[i] = NULL;
+    }
+    flux_msg_handler_destroy (mh);
+    if (runtime_plugin_topics (ctx, 1) < 0)
+        flux_log_error (h, "%s: registering conf.update", RUNTIME_NAME);
+    if ((pass = calloc (1, sizeof (*pass)))) {
+        pass->ctx = ctx;
+        pass->next = ctx->passes;
+        ctx->passes = pass;
+        if (flux_msg_aux_set (msg, RUNTIME_PASS_AUX, pass,
+                              runtime_pass_done) < 0) {
+            runtime_pass_unlink (pass);
+            free (pass);
+        }
+    }
+    if (flux_requeue (h, msg, FLUX_RQ_HEAD) < 0
+        && flux_respond_error (h, msg, errno, "cannot requeue request") < 0)
+        flux_log_error (h, "%s: responding", RUNTIME_NAME);
+}
+
+static int runtime_plugin_cb (flux_plugin_t *p,
+                              const char *topic,
+                              flux_plugin_arg_t *args,
                               void *data)
 {
     struct runtime_ctx *ctx = data;
+    int rc = 0;
 
     if (!strcmp (topic, "conf.update"))
-        return runtime_py_plugin (ctx->self, RUNTIME_PLUGIN_CONF, args);
-    if (!strcmp (topic, "plugin.query"))
-        return runtime_py_plugin (ctx->self, RUNTIME_PLUGIN_QUERY, args);
-    return 0;
+        rc = runtime_py_plugin (ctx->self, RUNTIME_PLUGIN_CONF, args);
+    else if (!strcmp (topic, "plugin.query"))
+        rc = runtime_py_plugin (ctx->self, RUNTIME_PLUGIN_QUERY, args);
+    /* At load, or a request passed on earlier ended before reaching the
+     * plugin.  flux_plugin_call() no longer uses the handler once it
+     * calls it, so it may go.
+     */
+    if (!ctx->passes)
+        flux_watcher_start (ctx->idle);
+    return rc;
 }
 
 /* The message handler of every RPC method, unless the plugin's C
@@ -445,6 +601,11 @@ static void runtime_ctx_destroy (void *arg)
 
     if (ctx->self)
         runtime_py_unload (ctx->self);
+    for (size_t i = 0; i < RUNTIME_NCALLERS; i++)
+        flux_msg_handler_destroy (ctx->callers[i]);
+    flux_watcher_destroy (ctx->idle);
+    while (ctx->passes)
+        runtime_pass_unlink (ctx->passes);
     while (ctx->methods) {
         struct runtime_method *next = ctx->methods->next;
         free (ctx->methods);
@@ -497,8 +658,11 @@ int flux_plugin_init (flux_plugin_t *p)
     }
     if (runtime_fault (p, "plugin-init"))
         return -1;
-    return flux_plugin_add_handler (p, RUNTIME_PLUGIN_TOPICS,
-                                    runtime_plugin_cb, ctx);
+    if (!(ctx->idle = flux_timer_watcher_create (flux_get_reactor (h), 0., 0.,
+                                                 runtime_idle_cb, ctx)))
+        return -1;
+    /* For the conf.update of the load. */
+    return runtime_plugin_topics (ctx, 1);
 }
 
 /* Helpers called from Python: fixed signatures around variadic calls. */

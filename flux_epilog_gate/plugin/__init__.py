@@ -288,8 +288,10 @@ class EpilogGatePlugin(Plugin):
     def list_request(self, request):
         payload = request.payload
         jobid = protocol.parse_list(payload if payload is not None else {})
-        holds = self.gate.list(jobid, userid=None if request.owner else request.userid)
-        self.jobtap.send(request.msg, {"holds": holds})
+        text = self.gate.list_json(
+            jobid, userid=None if request.owner else request.userid
+        )
+        self.jobtap.send_text(request.msg, text)
 
     @request("watch", guests=True)
     @_after_recovery
@@ -333,22 +335,23 @@ class EpilogGatePlugin(Plugin):
         """Define the extern "Python" functions fastpath.c calls."""
 
         @ffi.def_extern()
-        def gate_py_hold(handle, msg, jobid, description, timeout):
-            ffi.from_handle(handle).fast_hold(msg, jobid, description, timeout)
+        def gate_py_hold(handle, msg, jobid, description, timeout, point):
+            ffi.from_handle(handle).fast_hold(msg, jobid, description, timeout, point)
 
         @ffi.def_extern()
         def gate_py_release(handle, msg, jobid, description, status):
             ffi.from_handle(handle).fast_release(msg, jobid, description, status)
 
-    def fast_hold(self, msg, jobid, description, timeout):
+    def fast_hold(self, msg, jobid, description, timeout, point):
         self._decoded(
             msg,
             lambda: (
                 self.jobtap.ffi.string(description).decode(),
                 None if timeout < 0 else timeout,
+                self.jobtap.ffi.string(point).decode() or EPILOG,
             ),
-            lambda msg, description, timeout: self.hold(
-                msg, jobid, description, timeout
+            lambda msg, description, timeout, point: self.hold(
+                msg, jobid, description, timeout, point
             ),
         )
 

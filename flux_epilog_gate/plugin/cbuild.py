@@ -31,7 +31,7 @@ ANNOTATION = "epilog_gate"
 CDEF = """
 extern "Python" void gate_py_hold (void *self, const flux_msg_t *msg,
                                    flux_jobid_t id, const char *description,
-                                   double timeout);
+                                   double timeout, const char *point);
 extern "Python" void gate_py_release (void *self, const flux_msg_t *msg,
                                       flux_jobid_t id,
                                       const char *description, int status);
@@ -77,6 +77,7 @@ def shared_constants():
         "GATE_ANNOTATION": ANNOTATION,
         "GATE_DESCRIPTION_MAX": holds.DESCRIPTION_MAX,
         "GATE_DESCRIPTION_CHARS": allowed,
+        "GATE_POINTS": "|" + "|".join(holds.POINTS) + "|",
     }
 
 

@@ -2,7 +2,7 @@
  * (flux_epilog_gate/jobtap/runtime.c) by flux_epilog_gate/plugin/cbuild.py,
  * which also puts in front of it the constants shared with Python
  * (GATE_MARKER, GATE_ANNOTATION, GATE_DESCRIPTION_MAX,
- * GATE_DESCRIPTION_CHARS) and the
+ * GATE_DESCRIPTION_CHARS, GATE_POINTS) and the
  * prototypes of gate_py_hold and gate_py_release (plugin.py).
  *
  *  - The owner's well-formed hold and release requests, the bulk of the
@@ -34,26 +34,40 @@ static int gate_valid_description (const char *s)
     return n >= 1 && n <= GATE_DESCRIPTION_MAX;
 }
 
-/* The owner's hold: {id, description, timeout?}, strictly.  Returns 0 if
- * the request must take the general path.
+/* One of the points a hold may keep its job at (GATE_POINTS: "|a|b|"). */
+static int gate_valid_point (const char *point)
+{
+    char word[32];
+
+    if (snprintf (word, sizeof (word), "|%s|", point) >= (int)sizeof (word))
+        return 0;
+    return strstr (GATE_POINTS, word) != NULL;
+}
+
+/* The owner's hold: {id, description, timeout?, point?}, strictly.
+ * Returns 0 if the request must take the general path.
  */
 static int gate_fast_hold (void *self, const flux_msg_t *msg)
 {
     json_int_t id;
     const char *description;
+    const char *point = NULL;
     json_t *timeout = NULL;
 
-    if (flux_request_unpack (msg, NULL, "{s:I s:s s?o !}",
+    if (flux_request_unpack (msg, NULL, "{s:I s:s s?o s?s !}",
                              "id", &id,
                              "description", &description,
-                             "timeout", &timeout) < 0
+                             "timeout", &timeout,
+                             "point", &point) < 0
         || id < 0
         || !gate_valid_description (description)
+        || (point && !gate_valid_point (point))
         || (timeout && (!json_is_number (timeout)
                         || json_number_value (timeout) <= 0.)))
         return 0;
     gate_py_hold (self, msg, (flux_jobid_t)id, description,
-                  timeout ? json_number_value (timeout) : -1.);
+                  timeout ? json_number_value (timeout) : -1.,
+                  point ? point : "");
     return 1;
 }
 

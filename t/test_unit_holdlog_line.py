@@ -1,0 +1,64 @@
+"""The hold log's lines and the entries of a ``list`` answer are written
+out directly when json would write them the same way: whatever the
+values, the text is json's."""
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flux_epilog_gate.gate import holdlog, holds
+
+VALUES = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=20),
+    st.from_regex(r"[A-Za-z0-9._-]{0,20}", fullmatch=True),
+    st.booleans(),
+    st.none(),
+)
+KEYS = st.sampled_from(["id", "description", "timeout", "point", "status"])
+
+
+def json_line(timestamp, name, context):
+    entry = {"timestamp": timestamp, "name": name, "context": context}
+    return json.dumps(entry, separators=(",", ":")) + "\n"
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    timestamp=st.one_of(st.floats(allow_nan=True), st.integers()),
+    name=st.sampled_from(["hold", "release", "cancel"]),
+    context=st.dictionaries(KEYS, VALUES, max_size=5),
+)
+def test_a_line_is_what_json_writes(timestamp, name, context):
+    assert holdlog._line(timestamp, name, context) == json_line(
+        timestamp, name, context
+    )
+
+
+def test_the_lines_of_a_hold_and_its_release_are_jsons():
+    context = {"id": 123456789, "description": "bb-teardown_1.x", "timeout": 600.0}
+    line = holdlog._line(1764612345.25, "hold", context)
+    assert line == json_line(1764612345.25, "hold", context)
+    assert json.loads(line)["context"] == context
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobid=st.integers(min_value=0, max_value=2**64 - 1),
+    description=st.one_of(st.text(max_size=20), st.from_regex(r"[a-z0-9._-]{1,20}")),
+    state=st.sampled_from(list(holds.HoldState) + ["pending", "active"]),
+    point=st.sampled_from(list(holds.Point) + list(holds.POINTS)),
+    userid=st.integers(min_value=0, max_value=2**32 - 1),
+    t_hold=st.floats(allow_nan=True, allow_infinity=True),
+    t_start=st.one_of(st.none(), st.floats(allow_nan=False)),
+    timeout=st.one_of(st.none(), st.floats(allow_nan=True), st.integers()),
+)
+def test_a_list_entry_is_what_json_writes(
+    jobid, description, state, point, userid, t_hold, t_start, timeout
+):
+    hold = holds.Hold(jobid, description, userid, t_hold, timeout, point)
+    hold.state = state
+    hold.t_start = t_start
+    assert hold.to_json() == json.dumps(hold.to_dict(), separators=(",", ":"))
