@@ -134,15 +134,21 @@ def test_the_gate_never_writes_an_empty_hold_log(new_instance):
     assert gate.hold(submit(handle, urgency=0), "after")["state"] == "pending"
 
 
+def active_hold(r, description):
+    """A job cancelled while pending, held in CLEANUP by ``description``."""
+    jobid = submit(r.handle, urgency=0)
+    r.gate.hold(jobid, description)
+    flux.job.cancel(r.handle, jobid)
+    wait_event(r.handle, jobid, "epilog-start")
+    return jobid
+
+
 @pytest.mark.parametrize("kind", ["module", "instance"])
 def test_a_deleted_hold_log_keeps_an_active_hold(kind, new_instance, plugin):
     """With the log's key removed by hand, a job already in CLEANUP is
     still held by its active hold: its marked epilog-start tells."""
     r = Reloader(kind, new_instance, plugin)
-    jobid = submit(r.handle, urgency=0)
-    r.gate.hold(jobid, "act")
-    flux.job.cancel(r.handle, jobid)
-    wait_event(r.handle, jobid, "epilog-start")
+    jobid = active_hold(r, "act")
     r.inst.flux("kvs", "unlink", KEY)
     r.reload()
     (hold,) = r.gate.list(jobid)
@@ -408,10 +414,7 @@ def test_a_key_that_is_not_a_value_is_replaced_by_a_snapshot(
     key with a snapshot: the hold is acknowledged and durable, and the
     active hold recovered from the eventlog is kept in the new log."""
     r = Reloader(kind, new_instance, plugin)
-    active = submit(r.handle, urgency=0)
-    r.gate.hold(active, "act")
-    flux.job.cancel(r.handle, active)
-    wait_event(r.handle, active, "epilog-start")
+    active = active_hold(r, "act")
     r.inst.flux("kvs", "unlink", KEY)
     if shape == "directory":
         r.inst.flux("kvs", "mkdir", KEY)
