@@ -16,8 +16,9 @@ VENV ?= .venv
 BIN = $(VENV)/bin
 SOURCES = setup.py pyproject.toml $(wildcard flux_epilog_gate/*.py) \
 	$(wildcard flux_epilog_gate/gate/*.py) $(wildcard flux_epilog_gate/dws/*.py) \
+	$(wildcard flux_epilog_gate/plugin/*.py) $(wildcard flux_epilog_gate/client/*.py) \
 	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/runtime.c \
-	flux_epilog_gate/fastpath.c
+	flux_epilog_gate/plugin/fastpath.c
 
 # System install: flux-core's own directories for what it finds by name,
 # PREFIX for the rest.

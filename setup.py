@@ -1,7 +1,7 @@
 """Build and install flux-epilog-gate.
 
 Besides the pure-Python package this builds ``epilog-gate.so`` (see
-flux_epilog_gate/cbuild.py and flux_epilog_gate/jobtap/build.py) against
+flux_epilog_gate/plugin/cbuild.py and flux_epilog_gate/jobtap/build.py) against
 ``pkg-config flux-core`` and chooses flux-core's Python bindings:
 flux-core's own when they import in the Python being installed into,
 else a dependency on the flux-python release of the installed
@@ -18,7 +18,7 @@ from setuptools.dist import Distribution
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate", "jobtap"))
-sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate"))
+sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate", "plugin"))
 import cbuild as gate_build  # noqa: E402
 
 import build as plugin_build  # noqa: E402

@@ -6,7 +6,7 @@
 
 A ``hold`` is answered only once its record is checkpointed by a KVS
 commit with FLUX_KVS_SYNC, group-committed (see
-flux_epilog_gate/holdlog.py).  This measures, on jobs waiting in SCHED,
+flux_epilog_gate/gate/holdlog.py).  This measures, on jobs waiting in SCHED,
 the hold round trip (p50, p99) and the acknowledged holds per second,
 from one pipelining client and from several clients at once, for:
 

@@ -8,7 +8,7 @@ import flux.job
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
 
-from flux_epilog_gate.holdlog import KEY, parse
+from flux_epilog_gate.gate.holdlog import KEY, parse
 
 #: Simulated execution: the job "runs" this long without any process.
 SIM = "system.exec.test.run_duration"

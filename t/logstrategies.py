@@ -13,7 +13,7 @@ import math
 
 from hypothesis import strategies as st
 
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.holds import (
     CANCEL_EVENT,
     DESCRIPTION_MAX,
     HOLD_EVENT,

@@ -35,7 +35,7 @@ GUEST_NONE = os.getuid() + 4444
 CLI = [
     sys.executable,
     "-c",
-    "import sys; from flux_epilog_gate.cli import main; sys.exit(main())",
+    "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())",
 ]
 
 

@@ -28,7 +28,7 @@ from jobs import (
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY, MAX_APPENDS, parse
+from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, parse
 
 #: Requests sent at once, so that many share a sync.
 N = 30

@@ -18,7 +18,7 @@ from jobs import (
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import MARKER
+from flux_epilog_gate.gate.holdlog import MARKER
 
 pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 

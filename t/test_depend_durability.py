@@ -24,7 +24,7 @@ from test_depend import in_depend
 from test_durability import LEAD, SLACK, Restarter
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY, MARKER
+from flux_epilog_gate.gate.holdlog import KEY, MARKER
 from flux_epilog_gate.jobid import f58
 
 #: Timeout of the hold active across the restart (see test_durability.py),

@@ -23,7 +23,7 @@ from jobs import (
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY, MARKER
+from flux_epilog_gate.gate.holdlog import KEY, MARKER
 
 #: Timeout of the hold that is active across the restart, and how long
 #: after its activation the restart begins.  A timer restarted from zero

@@ -8,7 +8,7 @@ import flux.job
 from jobs import eventlog, hold_log, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY
+from flux_epilog_gate.gate.holdlog import KEY
 
 #: Running jobs at the load, and how far apart their finishes are: the
 #: load lands in the middle of a stream of jobs reaching CLEANUP.

@@ -15,7 +15,7 @@ from jobs import (
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import MARKER
+from flux_epilog_gate.gate.holdlog import MARKER
 
 #: perilog.so's epilog action.
 PERILOG = "job-manager.epilog"

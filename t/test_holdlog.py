@@ -19,8 +19,8 @@ from jobs import (
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import MARKER
-from flux_epilog_gate.holds import HOLD_EVENT
+from flux_epilog_gate.gate.holdlog import MARKER
+from flux_epilog_gate.gate.holds import HOLD_EVENT
 
 
 @pytest.fixture

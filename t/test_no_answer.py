@@ -29,7 +29,7 @@ from flux_epilog_gate.testing import Instance
 CLI_ON_OPEN_HANDLE = """
 import sys
 import flux
-from flux_epilog_gate import cli
+from flux_epilog_gate.client import cli
 handle = flux.Flux()
 flux.Flux = lambda *args, **kwargs: handle
 print("ready", flush=True)
@@ -40,7 +40,7 @@ cli.main(sys.argv[1:])
 CLI = [
     sys.executable,
     "-c",
-    "import sys; from flux_epilog_gate.cli import main; sys.exit(main())",
+    "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())",
 ]
 
 

@@ -19,7 +19,7 @@ from jobs import (
 )
 from test_durability import LEAD, SLACK, TIMEOUTS, Restarter
 
-from flux_epilog_gate.holdlog import KEY, MARKER
+from flux_epilog_gate.gate.holdlog import KEY, MARKER
 
 PROLOG = "prolog"
 

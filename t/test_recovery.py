@@ -15,13 +15,13 @@ import pytest
 from jobs import described, dmesg, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY, MAX_APPENDS, MAX_BYTES
+from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, MAX_BYTES
 from flux_epilog_gate.testing import flux_command
 
 NO_CLEANUP = {"FLUX_DISABLE_JOB_CLEANUP": "1"}
 
 #: ``flux epilog-gate``, run from the installed package.
-CLI = "import sys; from flux_epilog_gate.cli import main; sys.exit(main())"
+CLI = "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())"
 
 
 def put_raw(inst, data):

@@ -13,7 +13,7 @@ from jobs import dmesg, submit
 from logstrategies import hold_logs
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import KEY
+from flux_epilog_gate.gate.holdlog import KEY
 from flux_epilog_gate.testing import Instance, flux_command
 
 #: Loads, each a module reload of a few seconds: the test stays under a

@@ -15,7 +15,7 @@ from flux_epilog_gate import EpilogGate
 CLI = [
     sys.executable,
     "-c",
-    "import sys; from flux_epilog_gate.cli import main; sys.exit(main())",
+    "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())",
 ]
 FIELDS = (
     "result",

@@ -23,8 +23,8 @@ from flux.job import JobspecV1
 from jobs import dmesg, eventlog, named, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
+from flux_epilog_gate.gate.shutdown import SHUTDOWN_STATUS
 from flux_epilog_gate.jobid import f58
-from flux_epilog_gate.shutdown import SHUTDOWN_STATUS
 from flux_epilog_gate.testing import flux_command
 
 #: The bound the tests configure, and how much later than the bound the

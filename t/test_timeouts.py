@@ -24,7 +24,7 @@ from jobs import (
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holds import TIMEOUT_STATUS
+from flux_epilog_gate.gate.holds import TIMEOUT_STATUS
 
 
 def _one(events, name, description=None):

@@ -1,4 +1,4 @@
-"""Unit tests of the configuration (flux_epilog_gate.config): durations,
+"""Unit tests of the configuration (flux_epilog_gate.gate.config): durations,
 bad keys and values (ConfigError naming the key), and load options taking
 precedence over the [epilog-gate] table."""
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_epilog_gate.config import (
+from flux_epilog_gate.gate.config import (
     FAULTS,
     KEYS,
     MAX_HOLDS_LIMIT,

@@ -1,5 +1,5 @@
 """Unit tests of the ``point`` of hold and watch requests
-(flux_epilog_gate.protocol): exactly the three points of the contract are
+(flux_epilog_gate.gate.protocol): exactly the three points of the contract are
 accepted, anything else is refused with a message that names the point."""
 
 import errno
@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.errors import GateError
-from flux_epilog_gate.protocol import parse_hold_point, parse_watch_points
+from flux_epilog_gate.gate.protocol import parse_hold_point, parse_watch_points
 
 POINTS = ("epilog", "prolog", "depend")
 

@@ -1,4 +1,4 @@
-"""Unit tests of request payload checks (flux_epilog_gate.protocol): EPROTO
+"""Unit tests of request payload checks (flux_epilog_gate.gate.protocol): EPROTO
 for a payload of the wrong shape or type, EINVAL for a bad value, and a
 message that names the problem."""
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from flux_epilog_gate.errors import GateError
-from flux_epilog_gate.protocol import (
+from flux_epilog_gate.gate.protocol import (
     JOBID_MAX,
     STATUS_MAX,
     STATUS_MIN,

@@ -12,7 +12,7 @@ import pytest
 from jobs import eventlog, names, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.holdlog import MARKER
+from flux_epilog_gate.gate.holdlog import MARKER
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -161,7 +161,7 @@ def test_watch_interrupted_ends_with_status_130_and_no_traceback(instance):
     command = [
         sys.executable,
         "-c",
-        "import sys; from flux_epilog_gate.cli import main; sys.exit(main())",
+        "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())",
         "watch",
     ]
     before = watchers(instance)

@@ -23,7 +23,7 @@ from flux_epilog_gate import EpilogGate
 CLI = [
     sys.executable,
     "-c",
-    "import sys; from flux_epilog_gate.cli import main; main()",
+    "import sys; from flux_epilog_gate.client.cli import main; main()",
 ]
 STOPPED = 30
 JOBS, HOLDS = 25, 200

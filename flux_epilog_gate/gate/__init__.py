@@ -2,7 +2,7 @@
 
 This module is plain Python.  Everything it does to the job-manager goes
 through a *port*, an object with these methods (the real one is
-:class:`flux_epilog_gate.port.GatePort`; the unit tests use a fake):
+:class:`flux_epilog_gate.plugin.port.GatePort`; the unit tests use a fake):
 
 ``now()``
     current time, seconds since the epoch
@@ -61,7 +61,7 @@ through a *port*, an object with these methods (the real one is
 ``log(level, text)``
     log a line (syslog levels)
 
-What the gate does at shutdown (:mod:`flux_epilog_gate.shutdown`) needs
+What the gate does at shutdown (:mod:`flux_epilog_gate.gate.shutdown`) needs
 two more, documented there.
 
 A load is a :class:`~flux_epilog_gate.gate.loader.Load` on the port:
@@ -96,12 +96,12 @@ package:
 =================  =========================================================
 """
 
-from ..config import Config
-from ..holdlog import HoldLog
+from .config import Config
 from .counters import Counters
 from .depend import Dependencies
 from .epilog import EpilogPoint
 from .finish import Finishing
+from .holdlog import HoldLog
 from .jobs import GoneLog, Job, Tracking
 from .lost import Losses
 from .prolog import Prologs
@@ -158,7 +158,7 @@ class Gate(
         self.holdlog = HoldLog(port, self.holds)
         self.prolog = Prologs(self)
         self.depend = Dependencies(self)
-        # What the instance's shutdown does (flux_epilog_gate.shutdown).
+        # What the instance's shutdown does (flux_epilog_gate.gate.shutdown).
         self.shutdown = None
         self.stats = Counters()
         #: Clients a bound refused: watch streams ended for falling

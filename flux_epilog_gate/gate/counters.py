@@ -1,6 +1,6 @@
 """The gate's counters, reported by ``query`` and ``flux epilog-gate stats``."""
 
-from ..holds import Reason
+from .holds import Reason
 
 #: Every counter, in the order they are reported.
 NAMES = (

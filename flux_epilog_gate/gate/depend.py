@@ -41,9 +41,9 @@ import errno
 import syslog
 
 from ..errors import GateError
-from ..holdlog import MARKER
-from ..holds import ACTIVE, GONE, PENDING, Point, Reason
 from ..jobid import f58
+from .holdlog import MARKER
+from .holds import ACTIVE, GONE, PENDING, Point, Reason
 from .states import CLEANUP, DEPEND, NEW, JobState
 
 #: The dependency events the gate posts, marked as its own.

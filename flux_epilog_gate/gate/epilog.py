@@ -6,8 +6,8 @@ active holds."""
 import syslog
 
 from ..errors import GateError
-from ..holds import ACTIVE, EPILOG, PENDING
 from ..jobid import f58
+from .holds import ACTIVE, EPILOG, PENDING
 from .states import CLEANUP
 
 

@@ -4,8 +4,8 @@ exception if it failed), a pending one is only cancelled."""
 
 import syslog
 
-from ..holds import DEPEND, GONE, PENDING, PROLOG, Reason
 from ..jobid import f58
+from .holds import DEPEND, GONE, PENDING, PROLOG, Reason
 
 
 class Finishing:

@@ -3,7 +3,7 @@ that are gone, and which jobs the job-manager sends it callbacks for."""
 
 from collections import OrderedDict
 
-from ..holds import GONE, Reason
+from .holds import GONE, Reason
 
 #: The annotation of a job whose annotation the gate has not set (since
 #: it was loaded).

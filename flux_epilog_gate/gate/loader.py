@@ -4,7 +4,7 @@ says, which jobs to recover, and when the gate knows enough to answer.
 A :class:`Load` is made for each load of the plugin.  A new job-manager
 (module reload, instance restart, or a first load) makes a new gate,
 reads the hold log at once (:func:`read_log`, which never fails, see
-:mod:`flux_epilog_gate.logparse`) and rebuilds the holds of the jobs it
+:mod:`flux_epilog_gate.gate.logparse`) and rebuilds the holds of the jobs it
 names from their entries and eventlogs; other jobs never see the gate.
 A load into the job-manager where an earlier instance ran takes that
 instance's gate over (``carried``) and only re-reads what it was still
@@ -24,8 +24,8 @@ Plain Python: the job-manager is reached through the gate's port
 import syslog
 from collections import deque
 
-from ..holdlog import KEY
-from ..logparse import parse
+from .holdlog import KEY
+from .logparse import parse
 from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
 
 #: Skipped lines of the hold log named one log line each, at most; the
@@ -35,7 +35,7 @@ SKIPPED_LOGGED = 20
 
 def read_log(port):
     """Read the hold log: ``(jobs, size)``, ``jobs`` its entries by job
-    (see :func:`flux_epilog_gate.logparse.parse`), or None if the log
+    (see :func:`flux_epilog_gate.gate.logparse.parse`), or None if the log
     cannot be read (then every job that may be at its epilog point is
     recovered from its eventlog), and ``size`` the bytes of its value
     (None if the key does not exist).

@@ -7,7 +7,7 @@ with its pending holds unheld: in the window of ``flux jobtap remove`` +
 (``flux jobtap load``) is back.  Such a hold is lost, and it is never
 lost silently: each is logged at LOG_ERR, naming the job and the hold,
 counted in ``lost`` (``flux jobtap query``), answered ``released: false``
-with :attr:`~flux_epilog_gate.holds.Reason.LOST`, and recorded as
+with :attr:`~flux_epilog_gate.gate.holds.Reason.LOST`, and recorded as
 cancelled in the hold log, so that the next load does not report it
 again.
 
@@ -22,8 +22,9 @@ the gate's) from one that ended without a record in the log (a timeout).
 import errno
 import syslog
 
-from ..holdlog import MARKER
-from ..holds import (
+from ..jobid import f58
+from .holdlog import MARKER
+from .holds import (
     CANCEL_EVENT,
     EPILOG,
     HOLD_EVENT,
@@ -32,7 +33,6 @@ from ..holds import (
     Hold,
     Reason,
 )
-from ..jobid import f58
 from .states import INACTIVE
 
 #: What the log line says happened to a lost hold.

@@ -30,9 +30,9 @@ import errno
 import syslog
 
 from ..errors import GateError
-from ..holdlog import MARKER
-from ..holds import ACTIVE, GONE, PENDING, PROLOG, RECOVERY_DESCRIPTION, Reason
 from ..jobid import f58
+from .holdlog import MARKER
+from .holds import ACTIVE, GONE, PENDING, PROLOG, RECOVERY_DESCRIPTION, Reason
 from .states import CLEANUP, RUN
 
 

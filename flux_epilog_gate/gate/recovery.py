@@ -3,13 +3,15 @@ a job's holds from the hold log and the job's eventlog, merged in time
 order, and carries on where the previous one left off.
 
 While the eventlog is being read, the gate keeps the job from clean with
-its own epilog action (:data:`~flux_epilog_gate.holds.RECOVERY_DESCRIPTION`).
+its own epilog action (:data:`~flux_epilog_gate.gate.holds.RECOVERY_DESCRIPTION`).
 """
 
 import syslog
 
-from ..holdlog import MARKER
-from ..holds import (
+from ..jobid import f58
+from .depend import DEPEND_EVENTS
+from .holdlog import MARKER
+from .holds import (
     ACTIVE,
     CANCEL_EVENT,
     EPILOG,
@@ -21,8 +23,6 @@ from ..holds import (
     Hold,
     Reason,
 )
-from ..jobid import f58
-from .depend import DEPEND_EVENTS
 from .states import CLEANUP, INACTIVE, RUN
 
 #: The epilog events the gate posts, marked as its own (holdlog.MARKER).

@@ -2,7 +2,7 @@
 instance (see :meth:`~flux_epilog_gate.gate.Gate.attach`); the old one
 suspends it, the new one retracks each job and resumes it."""
 
-from ..holds import ACTIVE
+from .holds import ACTIVE
 
 
 class Reload:

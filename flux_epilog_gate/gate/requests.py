@@ -1,14 +1,14 @@
 """Requests: hold, release and list (validated by
-:mod:`flux_epilog_gate.protocol` before they get here), and the holds
+:mod:`flux_epilog_gate.gate.protocol` before they get here), and the holds
 that configured rules give new jobs."""
 
 import errno
 import syslog
 
 from ..errors import GateError
-from ..holdlog import NotConfirmed
-from ..holds import ACTIVE, DEPEND, EPILOG, PROLOG, Hold, Reason
 from ..jobid import f58
+from .holdlog import NotConfirmed
+from .holds import ACTIVE, DEPEND, EPILOG, PROLOG, Hold, Reason
 from .states import INACTIVE
 
 

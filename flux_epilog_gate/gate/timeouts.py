@@ -1,8 +1,8 @@
 """Hold timeouts: an active hold with a timeout is finished with
-:data:`~flux_epilog_gate.holds.TIMEOUT_STATUS` once it has been active
+:data:`~flux_epilog_gate.gate.holds.TIMEOUT_STATUS` once it has been active
 that long (counted from its activation, across reloads and restarts)."""
 
-from ..holds import TIMEOUT_STATUS, Reason
+from .holds import TIMEOUT_STATUS, Reason
 
 
 class Timeouts:

@@ -26,7 +26,7 @@ import syslog
 from collections import deque
 
 from ..errors import GateError
-from ..holds import ACTIVE
+from .holds import ACTIVE
 
 #: Activations a stream may have sent and not acknowledged: what waits in
 #: the broker for a client that does not read.  The client acknowledges

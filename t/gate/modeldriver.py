@@ -1,24 +1,24 @@
 """The plugin's glue, as the model-based test drives it: one
 :class:`Driver` per plugin instance, doing with the gate what
-flux_epilog_gate/plugin.py does on a load, a job callback, a request and
+flux_epilog_gate/plugin/__init__.py does on a load, a job callback, a request and
 an unload, on a :class:`~modeljm.JobtapPort` instead of the jobtap
 runtime.
 
-A load is a :class:`flux_epilog_gate.gate.loader.Load`, as in plugin.py;
-requests wait until the load's view is complete (plugin.py's
+A load is a :class:`flux_epilog_gate.gate.loader.Load`, as in plugin/__init__.py;
+requests wait until the load's view is complete (plugin/__init__.py's
 ``_after_recovery``), and those still waiting when the instance goes
 away are refused.  Keep the two in step.
 """
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.loader import Load
 
 from .modeljm import JobtapPort
 
 
 class Carried:
-    """What survives a plugin's unload in one job-manager (plugin.py's
+    """What survives a plugin's unload in one job-manager (plugin/__init__.py's
     _State): the gate of the removed instance."""
 
     def __init__(self):
@@ -35,7 +35,7 @@ class Driver:
         self.gate = None
         self.load = None
 
-    # Load (plugin.py: commit and what follows)
+    # Load (plugin/__init__.py: commit and what follows)
 
     def commit(self):
         """conf.update of a load: commit.  The load timer fires later."""
@@ -125,7 +125,7 @@ class Driver:
             lambda: self.gate.unwatch(lambda other: other is sink), lambda *_: None
         )
 
-    # Unload (plugin.py: unload and _suspend)
+    # Unload (plugin/__init__.py: unload and _suspend)
 
     def unload(self):
         """This committed instance is removed: requests still waiting are

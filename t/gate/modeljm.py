@@ -42,7 +42,7 @@ from flux_epilog_gate.gate import (
     RUN,
     SCHED,
 )
-from flux_epilog_gate.holdlog import MARKER
+from flux_epilog_gate.gate.holdlog import MARKER
 
 _ffi = cffi.FFI()
 

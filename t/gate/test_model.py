@@ -37,11 +37,10 @@ from hypothesis.stateful import (
     rule,
 )
 
-from flux_epilog_gate import holdlog
-from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED
+from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, holdlog
+from flux_epilog_gate.gate.holdlog import MARKER
+from flux_epilog_gate.gate.holds import EPILOG, PROLOG, RECOVERY_DESCRIPTION
 from flux_epilog_gate.gate.lost import WHY
-from flux_epilog_gate.holdlog import MARKER
-from flux_epilog_gate.holds import EPILOG, PROLOG, RECOVERY_DESCRIPTION
 from flux_epilog_gate.jobid import f58
 
 from .modeldriver import Carried, Driver

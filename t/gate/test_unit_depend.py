@@ -5,13 +5,13 @@ import errno
 
 import pytest
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, DEPEND, NEW, PRIORITY, RUN, SCHED, Gate
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.depend import BATCH_WAIT
-from flux_epilog_gate.holdlog import KEY, MARKER
-from flux_epilog_gate.holds import ACTIVE, HOLD_EVENT, RELEASE_EVENT
-from flux_epilog_gate.shutdown import BROKER_CLEANUP, BROKER_RUN, Shutdown
+from flux_epilog_gate.gate.holdlog import KEY, MARKER
+from flux_epilog_gate.gate.holds import ACTIVE, HOLD_EVENT, RELEASE_EVENT
+from flux_epilog_gate.gate.shutdown import BROKER_CLEANUP, BROKER_RUN, Shutdown
 
 from .unitgate import JOB, USER, ev, logged, marked, recover
 

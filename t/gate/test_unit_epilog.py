@@ -1,9 +1,9 @@
 """Unit tests of the epilog point (flux_epilog_gate.gate.epilog) and the
 annotation of held jobs; no broker, the job-manager is a FakePort."""
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.config import Config
+from flux_epilog_gate.gate.holds import (
     ACTIVE,
     HOLD_EVENT,
     PENDING,

@@ -1,4 +1,4 @@
-"""Unit tests of the hold log (flux_epilog_gate.holdlog) and of recovery
+"""Unit tests of the hold log (flux_epilog_gate.gate.holdlog) and of recovery
 from it, no broker: the KVS is the FakePort's dict."""
 
 import errno
@@ -7,10 +7,9 @@ import syslog
 import pytest
 from fakeport import KVS
 
-from flux_epilog_gate import holdlog
-from flux_epilog_gate.gate import CLEANUP, SCHED, Gate
-from flux_epilog_gate.holdlog import KEY, MARKER, RELEASE_GRACE, parse
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
+from flux_epilog_gate.gate.holdlog import KEY, MARKER, RELEASE_GRACE, parse
+from flux_epilog_gate.gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
     HOLD_EVENT,

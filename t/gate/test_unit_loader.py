@@ -1,5 +1,5 @@
 """Unit tests of a load (flux_epilog_gate.gate.loader) and of reading the
-hold log (flux_epilog_gate.logparse), no broker: the KVS and the
+hold log (flux_epilog_gate.gate.logparse), no broker: the KVS and the
 eventlogs are the FakePort's.
 
 Whatever the log's key holds, the load goes on, every valid entry comes
@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logstrategies import bad_entries, hold_logs, junk_lines
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.gate.config import Config
+from flux_epilog_gate.gate.holdlog import KEY, hold_entry
+from flux_epilog_gate.gate.holds import ACTIVE, HOLD_EVENT, PENDING, Hold
 from flux_epilog_gate.gate.loader import SKIPPED_LOGGED, Load
-from flux_epilog_gate.holdlog import KEY, hold_entry
-from flux_epilog_gate.holds import ACTIVE, HOLD_EVENT, PENDING, Hold
-from flux_epilog_gate.logparse import EXCERPT_MAX, parse
+from flux_epilog_gate.gate.logparse import EXCERPT_MAX, parse
 
 from .unitgate import USER, marked
 
@@ -252,7 +252,7 @@ def test_an_eventlog_read_that_fails_recovers_from_the_log(port):
 def test_a_snapshot_with_nothing_to_keep_is_not_empty(port):
     """Issue 17, item 1, at its source: flux-core reads an empty value back
     as no value at all (NULL)."""
-    from flux_epilog_gate import holdlog
+    from flux_epilog_gate.gate import holdlog
 
     gate = load(port)[1]
     port.defer_commits = True
@@ -270,7 +270,7 @@ def test_the_log_is_replaced_once_it_grows_past_max_bytes(port):
     """Issue 17, item 7, in the gate: batches of holds held and released
     leave a value bounded by MAX_BYTES and one batch, in far fewer than
     MAX_APPENDS commits."""
-    from flux_epilog_gate import holdlog
+    from flux_epilog_gate.gate import holdlog
 
     gate = load(port)[1]
     port.defer_commits = True

@@ -6,14 +6,14 @@ import errno
 import syslog
 
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED
-from flux_epilog_gate.gate.lost import pending_in_log
-from flux_epilog_gate.holdlog import KEY, parse
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.holdlog import KEY, parse
+from flux_epilog_gate.gate.holds import (
     CANCEL_EVENT,
     HOLD_EVENT,
     RELEASE_EVENT,
     Reason,
 )
+from flux_epilog_gate.gate.lost import pending_in_log
 from flux_epilog_gate.jobid import f58
 
 from .unitgate import JOB, JOB2, USER, at_point, ev, held_job, marked

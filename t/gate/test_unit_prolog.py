@@ -7,8 +7,8 @@ import pytest
 
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-from flux_epilog_gate.holdlog import MARKER
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.holdlog import MARKER
+from flux_epilog_gate.gate.holds import (
     ACTIVE,
     HOLD_EVENT,
     PENDING,

@@ -5,7 +5,7 @@ job-manager is a FakePort."""
 import pytest
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.holds import (
     ACTIVE,
     PENDING,
 )

@@ -5,10 +5,10 @@ import errno
 
 import pytest
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, Gate
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.config import Config
+from flux_epilog_gate.gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
     HOLD_EVENT,

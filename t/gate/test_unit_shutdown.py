@@ -1,5 +1,5 @@
 """Unit tests of what the gate does while its instance shuts down
-(flux_epilog_gate.shutdown), no broker: the job-manager is a FakePort and
+(flux_epilog_gate.gate.shutdown), no broker: the job-manager is a FakePort and
 each test moves the broker's state itself."""
 
 import errno
@@ -8,13 +8,12 @@ import syslog
 import pytest
 from fakeport import CANCEL
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate
-from flux_epilog_gate.holdlog import KEY, parse
-from flux_epilog_gate.holds import ACTIVE, PENDING
-from flux_epilog_gate.jobid import f58
-from flux_epilog_gate.shutdown import (
+from flux_epilog_gate.gate.config import Config
+from flux_epilog_gate.gate.holdlog import KEY, parse
+from flux_epilog_gate.gate.holds import ACTIVE, PENDING
+from flux_epilog_gate.gate.shutdown import (
     BROKER_CLEANUP,
     BROKER_RUN,
     BROKER_SHUTDOWN,
@@ -22,6 +21,7 @@ from flux_epilog_gate.shutdown import (
     Shutdown,
     loaded_from_config,
 )
+from flux_epilog_gate.jobid import f58
 
 from .unitgate import epilog_starts
 

@@ -2,8 +2,8 @@
 notes of the exceptions they raise; no broker, the job-manager is a FakePort."""
 
 from flux_epilog_gate.gate import CLEANUP
-from flux_epilog_gate.holdlog import MARKER
-from flux_epilog_gate.holds import (
+from flux_epilog_gate.gate.holdlog import MARKER
+from flux_epilog_gate.gate.holds import (
     ACTIVE,
     TIMEOUT_STATUS,
 )

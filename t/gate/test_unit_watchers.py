@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_epilog_gate.config import Config
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED, Gate, watchers
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.watchers import WINDOW
 
 from .unitgate import (

@@ -4,7 +4,7 @@ Gate (the ``gate`` fixture, in this folder's conftest.py), and eventlog entries
 as recovery reads them."""
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-from flux_epilog_gate.holdlog import KEY, MARKER, parse
+from flux_epilog_gate.gate.holdlog import KEY, MARKER, parse
 
 JOB = 4242
 JOB2 = 4343

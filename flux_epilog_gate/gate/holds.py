@@ -39,7 +39,7 @@ class Reason(StrEnum):
     RELEASED = "released"
     TIMED_OUT = "timed out"
     WITHDRAWN = "withdrawn: its record could not be committed"
-    #: Finished by the instance's shutdown (:mod:`flux_epilog_gate.shutdown`).
+    #: Finished by the instance's shutdown (:mod:`flux_epilog_gate.gate.shutdown`).
     SHUTDOWN = "finished by shutdown"
     JOB_INACTIVE = "job is inactive"
     #: A pending epilog hold whose job went inactive without it (see
@@ -67,7 +67,7 @@ PENDING, ACTIVE, GONE = HoldState
 TIMEOUT_STATUS = 124
 
 #: ``epilog-finish`` status of a hold that the instance's shutdown finishes
-#: (see :mod:`flux_epilog_gate.shutdown`): 128 + SIGTERM, the status of a
+#: (see :mod:`flux_epilog_gate.gate.shutdown`): 128 + SIGTERM, the status of a
 #: command terminated by the shutdown; and the reason ``release`` answers.
 SHUTDOWN_STATUS = 143
 SHUTDOWN_REASON = Reason.SHUTDOWN
@@ -77,7 +77,7 @@ EXCEPTION_TYPE = "epilog"
 EXCEPTION_SEVERITY = 1
 
 #: Names of the entries that record holds (see
-#: :mod:`flux_epilog_gate.holdlog`).  Recovery reads them merged with the
+#: :mod:`flux_epilog_gate.gate.holdlog`).  Recovery reads them merged with the
 #: job's eventlog, so they follow its rules: names must not start with
 #: "epilog-" or "prolog-", which the job-manager takes for perilog actions.
 HOLD_EVENT = "epilog_gate.hold"

@@ -1,12 +1,13 @@
 """Build epilog-gate.so: the runtime (jobtap/) with the gate as its plugin.
 
-The gate's C (fastpath.c) is the runtime's extension: its cdef below is
-the one statement of the signatures C and Python share, and the
-constants C needs are taken from the Python modules that own them
-(holdlog.MARKER, holds' description grammar), so nothing is copied by
-hand.  setup.py calls :func:`compile_gate` while building the package;
-it runs before the package's dependencies are installed, so this module
-imports nothing of flux and loads holds.py and holdlog.py on their own.
+The gate's C (fastpath.c, beside this file) is the runtime's extension:
+its cdef below is the one statement of the signatures C and Python
+share, and the constants C needs are taken from the Python modules that
+own them (gate/holdlog.py's MARKER, gate/holds.py's description
+grammar), so nothing is copied by hand.  setup.py calls
+:func:`compile_gate` while building the package; it runs before the
+package's dependencies are installed, so this module imports nothing of
+flux and loads holds.py and holdlog.py on their own.
 """
 
 import importlib
@@ -15,7 +16,8 @@ import sys
 import types
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "jobtap"))
+PACKAGE = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(PACKAGE, "jobtap"))
 import build as runtime_build  # noqa: E402
 
 sys.path.pop(0)
@@ -53,12 +55,12 @@ int gate_respond_watch (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
 
 
 def _gate_module(name):
-    """Module ``name`` of this package, imported without the package's
-    __init__ (which needs flux)."""
+    """Module ``name`` of the gate package, imported without the
+    packages' __init__ (which need flux)."""
     package = "_flux_epilog_gate_build"
     if package not in sys.modules:
         stub = types.ModuleType(package)
-        stub.__path__ = [HERE]
+        stub.__path__ = [os.path.join(PACKAGE, "gate")]
         sys.modules[package] = stub
     return importlib.import_module(f"{package}.{name}")
 

@@ -23,7 +23,7 @@ gate therefore, from the moment the broker enters CLEANUP:
       from its state directory, it has them back, holds and all.
   ``finish``
       each active hold is finished with ``epilog-finish`` status 143
-      (:data:`~flux_epilog_gate.holds.SHUTDOWN_STATUS`) and a job exception
+      (:data:`~flux_epilog_gate.gate.holds.SHUTDOWN_STATUS`) and a job exception
       naming it; a hold that becomes active after that is finished the
       same way at once.  The jobs then go on to ``clean``.
   ``auto`` (default)
@@ -65,10 +65,10 @@ import errno
 import os
 import syslog
 
-from .errors import GateError
-from .gate import CLEANUP, RUN
+from ..errors import GateError
+from ..jobid import f58
 from .holds import ACTIVE, DEPEND, EPILOG, SHUTDOWN_REASON, SHUTDOWN_STATUS
-from .jobid import f58
+from .states import CLEANUP, RUN
 
 #: States of the broker's state machine (flux-core
 #: src/broker/state_machine.h, broker_state_t), not job states.

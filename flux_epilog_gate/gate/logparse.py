@@ -1,19 +1,19 @@
 """Reading the hold log back: a total parser.
 
-The log (:mod:`flux_epilog_gate.holdlog`) is read once per load, and
+The log (:mod:`flux_epilog_gate.gate.holdlog`) is read once per load, and
 whatever its KVS key holds must not keep the job-manager from loading: no
 key, an empty value, bytes that are not UTF-8 or not JSON, JSON of any
 shape and types, NaN and infinities, huge lines.  :func:`parse` keeps
 every line that is a well-formed entry of its kind and skips every other
 one, saying why.  An entry is checked field by field against what the
-gate writes (see :func:`flux_epilog_gate.holdlog.hold_entry`):
+gate writes (see :func:`flux_epilog_gate.gate.holdlog.hold_entry`):
 
 ==========================  ==================================================
 ``timestamp``               a finite number
 ``name``                    one of the log's entry names
 ``context.id``              a job id: an integer from 1 to 2**64-1
 ``context.description``     a hold description (letters, digits, ``.``,
-                            ``_``, ``-``; see :mod:`flux_epilog_gate.holds`);
+                            ``_``, ``-``; see :mod:`flux_epilog_gate.gate.holds`);
                             so never the gate's reserved ones
 ``context.timeout``         (hold) absent, or a finite number > 0
 ``context.point``           (hold) absent, or a point the gate knows

@@ -44,7 +44,7 @@ MAX_HOLDS_LIMIT = 200
 SHUTDOWN_TIMEOUT = 30.0
 
 #: What becomes of the holds shutdown still waits on at shutdown-timeout
-#: (see :mod:`flux_epilog_gate.shutdown`).
+#: (see :mod:`flux_epilog_gate.gate.shutdown`).
 SHUTDOWN_ACTIONS = ("auto", "keep", "finish")
 
 #: Activations a watch stream may be behind (sent and not acknowledged,

@@ -8,8 +8,8 @@ EINVAL for a value of the right type that is out of range.
 
 import errno
 
+from ..errors import GateError
 from .config import as_seconds, duration_problem
-from .errors import GateError
 from .holds import EPILOG, POINTS, description_error
 
 JOBID_MAX = 2**64 - 1

@@ -9,9 +9,9 @@ gate's C (fastpath.c).
 
 import os
 
-from .holdlog import MARKER
-from .holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
-from .jobtap.facade import Jobtap
+from ..gate.holdlog import MARKER
+from ..gate.holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
+from ..jobtap.facade import Jobtap
 
 #: Job exception raised for a failed prolog hold: fatal, the job never
 #: starts.

@@ -31,10 +31,10 @@ from flux.cli.argparse import FluxArgumentParser
 from flux.job import JobID
 from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_fsd
 
-from .client import EpilogGate, NoAnswerError
-from .config import Config, ConfigError, duration_problem, parse_duration
-from .holds import description_error
-from .paths import PLUGINS, plugin_path
+from ..gate.config import Config, ConfigError, duration_problem, parse_duration
+from ..gate.holds import description_error
+from ..paths import PLUGINS, plugin_path
+from . import EpilogGate, NoAnswerError
 
 PROG = "flux-epilog-gate"
 LOGGER = logging.getLogger(PROG)

@@ -1,5 +1,5 @@
 /* The gate's own C, compiled into epilog-gate.so after the runtime
- * (flux_epilog_gate/jobtap/runtime.c) by flux_epilog_gate/cbuild.py,
+ * (flux_epilog_gate/jobtap/runtime.c) by flux_epilog_gate/plugin/cbuild.py,
  * which also puts in front of it the constants shared with Python
  * (GATE_MARKER, GATE_ANNOTATION, GATE_DESCRIPTION_MAX,
  * GATE_DESCRIPTION_CHARS) and the

@@ -10,7 +10,7 @@ One interpreter outlives ``flux jobtap remove``: the gate of a removed
 plugin is kept and taken over by the next load into the same
 job-manager, so holds survive a reload without reading anything back.  A
 new job-manager (module reload, instance restart, or a first load) reads
-the hold log (:mod:`flux_epilog_gate.holdlog`) at once and rebuilds the
+the hold log (:mod:`flux_epilog_gate.gate.holdlog`) at once and rebuilds the
 holds of the jobs it names from their entries and eventlogs; other jobs
 never see the gate.  The load itself is plain Python
 (:mod:`flux_epilog_gate.gate.loader`): this class passes it the
@@ -24,12 +24,13 @@ an instance of its own, which takes over only once the load is committed
 
 import errno
 
-from . import protocol
-from .config import Config, ConfigError
-from .errors import GateError
-from .gate.loader import Load
-from .holds import EPILOG
-from .jobtap.plugin import (
+from ..errors import GateError
+from ..gate import protocol
+from ..gate.config import Config, ConfigError
+from ..gate.holds import EPILOG
+from ..gate.loader import Load
+from ..gate.shutdown import BROKER_SHUTDOWN, Shutdown, loaded_from_config
+from ..jobtap.plugin import (
     Plugin,
     Refused,
     RequestError,
@@ -39,7 +40,6 @@ from .jobtap.plugin import (
     request,
 )
 from .port import GatePort
-from .shutdown import BROKER_SHUTDOWN, Shutdown, loaded_from_config
 
 #: Error text that ends watch streams when the plugin goes away.
 UNLOADED = "epilog-gate was unloaded: watch again"
