@@ -96,6 +96,8 @@ package:
 =================  =========================================================
 """
 
+import syslog
+
 from .config import Config
 from .counters import Counters
 from .depend import Dependencies
@@ -165,11 +167,36 @@ class Gate(
         #: behind (watch-backlog), requests refused at max-pending.
         self.refused = {"behind": 0, "busy": 0}
         self.losses = Losses(self)
+        #: In-process users of the gate (the dws plugin): each is told
+        #: ``activated(hold)``, and of a held job ``exception(id,
+        #: context)`` (a job exception) and ``inactive(id)``.
+        self.listeners = []
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
         self.port = port
         self.holdlog.resume(port)
+
+    def tell(self, method, *args):
+        """Call ``method(*args)`` of every listener; one that raises is
+        logged, and the others are told all the same."""
+        for listener in list(self.listeners):
+            try:
+                getattr(listener, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - a listener's, not ours
+                self.port.log(
+                    syslog.LOG_ERR,
+                    f"{method}: listener {type(listener).__name__}: "
+                    f"{type(exc).__name__}: {exc}",
+                )
+
+    def posted(self, jobid, name):
+        """True if event ``name`` is in the job's eventlog, as far as the
+        gate knows (it holds the job, or read its eventlog)."""
+        job = self.jobs.get(jobid)
+        if job is None:
+            return self.port.posted(jobid, name)
+        return self._posted(job, name)
 
     def holds(self):
         """Every hold of every job, or None while some job's holds are

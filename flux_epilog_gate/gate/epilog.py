@@ -99,6 +99,7 @@ class EpilogPoint:
         self._notify(hold)
         if self.shutdown is not None:
             self.shutdown.activated(hold)
+        self.tell("activated", hold)
 
     def _epilog_start(self, jobid, description, timeout=None):
         try:

@@ -32,7 +32,7 @@ class Finishing:
             return f"{what} timed out after {active:.1f}s (timeout {hold.timeout:g}s)"
         return f"{what} {reason} with status {status}"
 
-    def _finish(self, job, hold, status, reason, done=None, note=None):
+    def _finish(self, job, hold, status, reason, done=None, note=None, raised=False):
         # Forget the hold before posting: epilog-finish may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
@@ -48,20 +48,21 @@ class Finishing:
         self.stats.finished(reason, status)
         # Before the finish, which may end the job.
         self._annotate(job)
-        self._post_end(job, hold, status, reason, note)
+        self._post_end(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
         if reason != Reason.TIMED_OUT:
             self.holdlog.release(hold, status, done)
 
-    def _post_end(self, job, hold, status, reason, note=None):
-        """Post what ends an active hold (already off the job)."""
+    def _post_end(self, job, hold, status, reason, note=None, raised=False):
+        """Post what ends an active hold (already off the job); with
+        ``raised``, a failure's exception is the releaser's."""
         if hold.point == PROLOG:
-            self.prolog.finish(job, hold, status, reason, note)
+            self.prolog.finish(job, hold, status, reason, note, raised)
             return
         if hold.point == DEPEND:
-            self.depend.finish(job, hold, status, reason, note)
+            self.depend.finish(job, hold, status, reason, note, raised)
             return
-        if status != 0:
+        if status != 0 and not raised:
             self._raise(job.id, hold, status, reason, note)
         self._post_finish(job.id, hold.description, status)
 
