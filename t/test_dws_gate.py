@@ -168,12 +168,33 @@ def test_reloads_of_either_plugin_keep_the_holds(steps, instance, dws):
     assert len(service.requests("dws.create")) == 1
 
 
+def advance(h, service, jobid, stage):
+    """Take a job held in DEPEND on to ``stage``: held in its prolog or
+    its epilog (the service's requests sent by hand)."""
+    if stage == "depend":
+        return IN_DEPEND
+    (create,) = service.requests("dws.create")
+    h.rpc(
+        "job-manager.dws.resource-update",
+        {"id": jobid, "resources": create["resources"], "exclude": None},
+    ).get()
+    wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
+    if stage == "prolog":
+        return IN_PROLOG
+    h.rpc("job-manager.dws.prolog-remove", {"id": jobid, "variables": {}}).get()
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"), timeout=30)
+    return IN_EPILOG
+
+
+@pytest.mark.parametrize("stage", ["depend", "prolog", "epilog"])
 @pytest.mark.parametrize("kind", ["restart", "sigkill"])
 @pytest.mark.parametrize("setup", ["dws-alone", "gate-then-dws"])
-def test_holds_are_recovered_after_a_restart(kind, setup, instance, dws):
+def test_holds_are_recovered_after_a_restart(stage, kind, setup, instance, dws):
     inst = instance(SETUPS[setup])
     h, service, jobid = in_depend(inst, dws)
     (create,) = service.requests("dws.create")
+    expected = advance(h, service, jobid, stage)
+    assert listed(inst, jobid) == expected
     service.stop()
     if kind == "restart":
         inst.stop()
@@ -182,14 +203,18 @@ def test_holds_are_recovered_after_a_restart(kind, setup, instance, dws):
         inst.kill()
     inst.start()
     h = inst.handle()
-    assert listed(inst, jobid) == IN_DEPEND
+    assert listed(inst, jobid) == expected
     service = dws(inst, *HANG)
-    h.rpc(
-        "job-manager.dws.resource-update",
-        {"id": jobid, "resources": create["resources"], "exclude": None},
-    ).get()
-    finish(h, service, jobid, "prolog", inst)
-    assert service.requests("dws.create") == []
+    if stage == "depend":
+        h.rpc(
+            "job-manager.dws.resource-update",
+            {"id": jobid, "resources": create["resources"], "exclude": None},
+        ).get()
+    finish(h, service, jobid, "epilog" if stage == "epilog" else "prolog", inst)
+    # Nothing is asked again of the service that it was asked before.
+    asked = {"depend": 1, "prolog": 2, "epilog": 3}[stage]
+    for topic in ("dws.create", "dws.setup", "dws.post_run")[:asked]:
+        assert service.requests(topic) == [], topic
 
 
 def test_the_gate_alone_never_sees_a_rabbit_job(instance):
