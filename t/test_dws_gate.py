@@ -263,3 +263,32 @@ def test_any_sequence_of_loads_and_removes_keeps_the_holds(steps, tmp_path_facto
             assert len(service.requests("dws.create")) == 1
         finally:
             service.stop()
+
+
+def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):
+    # dws.so loads first and begins the gate's recovery; epilog-gate.so,
+    # loaded next, takes the gate over before it is complete: dws still
+    # takes the epilog timeouts over once the gate's view is complete.
+    timeout = 10.0
+    inst = Instance(
+        cores=8,
+        plugin=DWS,
+        plugin_conf={"epilog-timeout": timeout},
+        plugins=[(GATE, {})],
+    )
+    inst.start()
+    try:
+        h, service, jobid = in_depend(inst, dws)
+        advance(h, service, jobid, "epilog")
+        service.stop()
+        inst.stop()
+        inst.start()
+        h = inst.handle()
+        wait_inactive(h, jobid, timeout=timeout + 30)
+        events = eventlog(h, jobid)
+        (exc,) = [e.context for e in named(events, "exception")]
+        assert exc["type"] == "dws-epilog-timeout"
+        assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 1
+    finally:
+        inst.stop()
+        inst.cleanup()

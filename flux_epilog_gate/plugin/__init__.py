@@ -149,12 +149,20 @@ class GateDriver(Plugin):
         return driver is None or driver.load is None or driver.load.ready
 
     def when_ready(self, run, refuse=None):
-        """Call ``run()`` once the gate's view is complete (now, if it is);
-        ``refuse()`` instead if its driver goes away first."""
+        """Call ``run()`` once the gate's view is complete (now, if it is).
+        Should its driver go away first, ``refuse()`` is called instead,
+        or, without ``refuse``, ``run`` waits on for the next driver's."""
         if self.ready:
             run()
             return
-        self.host.driver.load.when_ready(run, refuse or (lambda: None))
+        if refuse is None:
+
+            def refuse():
+                # Once the next driver (if any) has begun its load.
+                if self.committed:
+                    self.jobtap.timer(0.0, lambda: self.when_ready(run))
+
+        self.host.driver.load.when_ready(run, refuse)
 
     def commit(self, config):
         """Take this job-manager's gate: the load succeeds.
@@ -170,7 +178,13 @@ class GateDriver(Plugin):
         drives = host.driver is None or self.drive_rank > host.driver.drive_rank
         load = None
         if drives:
-            load = Load(self.jobtap, host.gate, delay=self._recovery_delay())
+            if host.driver is not None:
+                partial = not host.driver.load.ready
+            else:
+                partial = host.partial
+            load = Load(
+                self.jobtap, host.gate, delay=self._recovery_delay(), partial=partial
+            )
         self.register()
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
@@ -185,6 +199,7 @@ class GateDriver(Plugin):
             self.gate = host.gate
             return
         self.load = load
+        host.partial = False
         self.gate = host.gate = load.begin(config)
         self._watch_shutdown()
 
@@ -196,6 +211,7 @@ class GateDriver(Plugin):
     def hand_over(self):
         """A plugin of a higher rank takes the gate over (it loads it
         through its own port, see :meth:`commit`): stop driving it."""
+        self.host.partial = not self.load.ready
         self.load.close()
         self.load = None
         self._suspend()
@@ -208,14 +224,17 @@ class GateDriver(Plugin):
         through this port, retracking each of its jobs by id (no job.new
         comes: this instance is loaded already)."""
         gate = self.gate
-        load = self.load = Load(self.jobtap, gate)
+        load = self.load = Load(self.jobtap, gate, partial=self.host.partial)
+        self.host.partial = False
         load.begin(gate.config)
         try:
             self._watch_shutdown()
         except OSError as exc:
             self.jobtap.log(syslog.LOG_ERR, f"taking the gate over: {exc}")
         jobids = list(gate.jobs) + list(gate.replayed_progress)
-        for jobid in jobids:
+        # A partial load's: the jobs the log names, which it had not seen.
+        named = [jobid for jobid in (load.log or {}) if jobid not in jobids]
+        for jobid in jobids + named:
             try:
                 state, userid = self.jobtap.job_info(jobid)
             except OSError:
@@ -346,6 +365,7 @@ class GateDriver(Plugin):
         if not driving:
             self.jobtap.close()
             return
+        host.partial = not self.load.ready
         self.load.close()
         self._suspend()
         self.jobtap.close()

@@ -38,6 +38,9 @@ class Host:
         self.driver = None
         #: Committed plugin instances, in load order (the driver too).
         self.members = []
+        #: The last driver's load was not complete when it let the gate go
+        #: (see :class:`~flux_epilog_gate.gate.loader.Load`).
+        self.partial = False
 
     def join(self, member):
         """``member`` committed its load: True if it is to drive the gate
