@@ -285,3 +285,18 @@ def test_reload_takes_rules_exactly_when_descriptions_are_unique(reloaded, rules
         assert [(r["description"], r.get("point", "epilog")) for r in now] == [
             (r["description"], r.get("point", "epilog")) for r in rules
         ]
+
+
+def test_more_rules_than_max_holds_fail_reload_and_keep_the_rules(ruled):
+    """Accepted, each matching job used to log one error per rule beyond
+    max-holds."""
+    text = "[epilog-gate]\nmax-holds = 2\n" + "".join(
+        f'[[epilog-gate.rules]]\nattribute = "system.a{i}"\ndescription = "d{i}"\n'
+        for i in range(3)
+    )
+    result = reload_config(ruled, text)
+    assert result.returncode != 0
+    assert "rules: 3 rules but max-holds is 2" in result.stderr
+    config = query(ruled)["config"]
+    assert [r["description"] for r in config["rules"]] == ["bb"]
+    assert config["max-holds"] == 64

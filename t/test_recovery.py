@@ -396,3 +396,35 @@ def test_the_hold_log_stays_bounded_in_bytes(new_instance):
         f"value sizes {sizes}"
     )
     assert max(sizes) < MAX_BYTES + 2 * in_flight, sizes
+
+
+@pytest.mark.parametrize("shape", ["directory", "symlink-loop"])
+@pytest.mark.parametrize("kind", ["module", "instance"])
+def test_a_key_that_is_not_a_value_is_replaced_by_a_snapshot(
+    kind, shape, new_instance, plugin
+):
+    """With a directory or a symlink at the hold log's key, every hold
+    used to answer an error forever.  The first record now replaces the
+    key with a snapshot: the hold is acknowledged and durable, and the
+    active hold recovered from the eventlog is kept in the new log."""
+    r = Reloader(kind, new_instance, plugin)
+    active = submit(r.handle, urgency=0)
+    r.gate.hold(active, "act")
+    flux.job.cancel(r.handle, active)
+    wait_event(r.handle, active, "epilog-start")
+    r.inst.flux("kvs", "unlink", KEY)
+    if shape == "directory":
+        r.inst.flux("kvs", "mkdir", KEY)
+    else:
+        r.inst.flux("kvs", "link", KEY, KEY)
+    r.reload()
+    pending = submit(r.handle, urgency=0)
+    assert r.gate.hold(pending, "new")["state"] == "pending"
+    (line,) = dmesg(r.inst, f"{KEY} is not a value")
+    assert "replacing it with a snapshot" in line
+    text = get_raw(r.inst).decode()
+    assert f'"id":{int(pending)},"description":"new"' in text
+    assert f'"id":{int(active)},"description":"act"' in text
+    assert r.gate.release(active, "act")["released"] is True
+    wait_inactive(r.handle, active, timeout=30)
+    assert r.gate.release(pending, "new")["released"] is True

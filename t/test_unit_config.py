@@ -441,3 +441,36 @@ def test_rules_are_accepted_exactly_when_each_is_good_and_descriptions_unique(
         with pytest.raises(ConfigError) as exc:
             Config.from_sources(None, {"rules": rules})
         assert str(exc.value).startswith(key + ":"), (str(exc.value), key)
+
+
+def _rules(count):
+    return [{"attribute": f"a{i}", "description": f"d{i}"} for i in range(count)]
+
+
+@pytest.mark.parametrize("count, max_holds", [(3, 2), (65, None), (2, 1)])
+def test_more_rules_than_max_holds_are_refused_naming_both(count, max_holds):
+    table = {"rules": _rules(count)}
+    if max_holds is not None:
+        table["max-holds"] = max_holds
+    with pytest.raises(ConfigError) as info:
+        Config.from_sources(None, table)
+    message = str(info.value)
+    assert message.startswith(f"rules: {count} rules but max-holds is ")
+    assert str(max_holds or 64) in message
+
+
+@pytest.mark.parametrize("count, max_holds", [(2, 2), (64, None), (1, 1)])
+def test_as_many_rules_as_max_holds_are_accepted(count, max_holds):
+    options = {} if max_holds is None else {"max-holds": max_holds}
+    config = Config.from_sources(options, {"rules": _rules(count)})
+    assert len(config.rules) == count
+
+
+@given(st.integers(1, 80), st.integers(1, 80))
+def test_rules_are_accepted_exactly_when_they_fit_max_holds(count, max_holds):
+    table = {"rules": _rules(count), "max-holds": max_holds}
+    if count > max_holds:
+        with pytest.raises(ConfigError, match="^rules: "):
+            Config.from_sources(None, table)
+    else:
+        assert len(Config.from_sources(None, table).rules) == count

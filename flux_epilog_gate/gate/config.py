@@ -328,7 +328,18 @@ class Config:
                     f"{', '.join(FAULTS)}"
                 )
             config.fault = merged["debug-fault"]
+        config._check_rules_fit()
         return config
+
+    def _check_rules_fit(self):
+        # A job can carry every attribute the rules name, so each rule
+        # beyond max-holds would be refused (and logged) on such a job.
+        if len(self.rules) > self.max_holds:
+            raise ConfigError(
+                f"rules: {len(self.rules)} rules but max-holds is "
+                f"{self.max_holds}: a job that matches them all could not "
+                "hold them (raise max-holds or drop rules)"
+            )
 
     def to_dict(self):
         conf = {

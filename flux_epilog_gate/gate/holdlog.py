@@ -99,6 +99,10 @@ MAX_APPENDS = 256
 #: the last snapshot was more than half of that: then twice its size).
 MAX_BYTES = 256 * 1024
 
+#: Errors of an append to :data:`KEY` that say it is not a value (a
+#: directory, a symlink): a snapshot replaces whatever is there.
+NOT_A_VALUE = (errno.EISDIR, errno.ENOTDIR, errno.EOPNOTSUPP, errno.ELOOP)
+
 #: Seconds a release entry is kept by snapshots: far longer than the
 #: job-manager takes to send the event batch with its ``epilog-finish``.
 RELEASE_GRACE = 2.0
@@ -180,6 +184,8 @@ class HoldLog:
         # and of the last snapshot.
         self.size = 0
         self.snapshot_size = 0
+        # The next commit must replace the key: an append found no value.
+        self.replace = False
 
     # Records
 
@@ -248,8 +254,10 @@ class HoldLog:
     def _due(self):
         """True if the next commit should be a snapshot (by count or by
         bytes: the KVS rewrites the value's references on every append)."""
-        return self.appends >= MAX_APPENDS or self.size >= max(
-            MAX_BYTES, 2 * self.snapshot_size
+        return (
+            self.replace
+            or self.appends >= MAX_APPENDS
+            or self.size >= max(MAX_BYTES, 2 * self.snapshot_size)
         )
 
     def _forget_releases(self, now):
@@ -275,6 +283,9 @@ class HoldLog:
             )
             self._send()
             return
+        if self._repairs(error):
+            return
+        self.replace = False
         waiters, self.inflight = self.inflight, None
         fresh = error is None or bool(self.lines)
         if error is not None:
@@ -290,6 +301,23 @@ class HoldLog:
         if fresh:
             self._kick()
         self._answer(waiters or (), error)
+
+    def _repairs(self, error):
+        """If an append failed because the key is not a value, send a
+        snapshot in its place, once, for the same waiters: the gate's
+        view is complete, so nothing the key held is needed."""
+        if error is None or error.errno not in NOT_A_VALUE or self.replace:
+            return False
+        if self.holds() is None:
+            return False
+        self.port.log(
+            syslog.LOG_ERR,
+            f"{KEY} is not a value ({error.strerror}): "
+            "replacing it with a snapshot of the current holds",
+        )
+        self.replace = True
+        self._send()
+        return True
 
     def _answer(self, waiters, error):
         for callback in waiters:

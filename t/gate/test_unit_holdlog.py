@@ -366,3 +366,54 @@ def test_hold_held_again_after_a_replayed_release_is_kept(port):
     # one's finish posted after its start.
     assert hold.state == ACTIVE and hold.t_hold == 70.0
     assert port.names(JOB) == ["epilog-start", "epilog-finish"]
+
+
+@pytest.mark.parametrize(
+    "errnum", [errno.EISDIR, errno.EOPNOTSUPP, errno.ENOTDIR, errno.ELOOP]
+)
+def test_an_append_to_a_key_that_is_not_a_value_is_retried_as_a_snapshot(
+    port, gate, errnum
+):
+    port.defer_commits = True
+    hold = hold_pending(port, gate, 1)
+    answers = []
+    gate.holdlog.barrier(answers.append)
+    _, text, append, callback = port.pending_commits.pop()
+    assert append
+    callback(OSError(errnum, "not a value"))
+    _, text, append, callback = port.pending_commits.pop()
+    assert not append and holdlog.hold_entry(hold) in text
+    assert answers == []
+    callback(None)
+    assert answers == [None]
+    assert (
+        syslog.LOG_ERR,
+        f"{KEY} is not a value (not a value): replacing it "
+        "with a snapshot of the current holds",
+    ) in port.logs
+
+
+def test_a_failed_repair_answers_the_error_and_is_tried_again_later(port, gate):
+    port.defer_commits = True
+    hold_pending(port, gate, 1)
+    answers = []
+    gate.holdlog.barrier(answers.append)
+    for _ in range(2):
+        port.pending_commits.pop()[3](OSError(errno.EISDIR, "Is a directory"))
+    assert [a.errno for a in answers] == [errno.EISDIR]
+    assert port.pending_commits == []
+    hold_pending(port, gate, 2)
+    _, _, append, callback = port.pending_commits.pop()
+    callback(OSError(errno.EISDIR, "Is a directory"))
+    assert not port.pending_commits.pop()[2]
+
+
+@pytest.mark.parametrize("errnum", [errno.EIO, errno.ENOSPC, errno.EPERM])
+def test_other_append_errors_are_answered_without_a_snapshot(port, gate, errnum):
+    port.defer_commits = True
+    hold_pending(port, gate, 1)
+    answers = []
+    gate.holdlog.barrier(answers.append)
+    port.pending_commits.pop()[3](OSError(errnum, "failed"))
+    assert [a.errno for a in answers] == [errnum]
+    assert port.pending_commits == []
