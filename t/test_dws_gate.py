@@ -292,3 +292,29 @@ def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):
     finally:
         inst.stop()
         inst.cleanup()
+
+
+def test_a_hold_active_while_dws_was_removed_is_started_at_its_load(instance, dws):
+    # epilog-gate.so drove the gate on its own: the job reached its epilog
+    # point and dws-epilog became active.  Loaded again, dws.so asks the
+    # service for it, as it would have then.
+    inst = instance(SETUPS["gate-then-dws"])
+    h = inst.handle()
+    service = dws(inst, *HANG)
+    jobid = submit(h, duration=3, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    advance(h, service, jobid, "prolog")
+    h.rpc("job-manager.dws.prolog-remove", {"id": jobid, "variables": {}}).get()
+    wait_event(h, jobid, "start")
+    remove(inst, DWS)
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"), timeout=30)
+    assert listed(inst, jobid) == IN_EPILOG
+    assert service.requests("dws.post_run") == []
+    load(inst, DWS)
+    service.wait(lambda: service.requests("dws.post_run"))
+    assert service.requests("dws.post_run") == [{"jobid": jobid, "run_started": True}]
+    h.rpc("job-manager.dws.epilog-remove", {"id": jobid}).get()
+    wait_inactive(h, jobid, timeout=30)
+    events = eventlog(h, jobid)
+    assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 0

@@ -189,9 +189,21 @@ class Dws(GateDriver):
 
     def adopt(self):
         """The gate's view is complete: take over the epilog timeouts of
-        the dws-epilog holds already active (a load, reload or restart)."""
+        the dws-epilog holds already active (a load, reload or restart).
+        A hold that became active while dws.so was removed from this same
+        job-manager is started now, as it would have been then (one that
+        an earlier instance started is not asked of the service again)."""
+        since = self.host.left.pop(self.name, None) if self.host else None
+        for jobid in self._active(SETUP):
+            if since is not None and self.holds(jobid)[SETUP].t_start >= since:
+                if self.is_rabbit(jobid):
+                    self.start_setup(jobid)
         for jobid in self._active(EPILOG):
-            self.arm_timeout(jobid, self.holds(jobid)[EPILOG].t_start)
+            t_start = self.holds(jobid)[EPILOG].t_start
+            if since is not None and t_start >= since and self.is_rabbit(jobid):
+                self.start_epilog(jobid, t_start)
+            else:
+                self.arm_timeout(jobid, t_start)
 
     # Dependency: dws-create
 
@@ -546,6 +558,8 @@ class Dws(GateDriver):
             self.stop_timeout(jobid)
         if self.gate is not None and self in self.gate.listeners:
             self.gate.listeners.remove(self)
+        if self.host is not None:
+            self.host.left[self.name] = self.jobtap.now()
         super().unload()
 
     # Requests

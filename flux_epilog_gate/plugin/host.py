@@ -41,6 +41,9 @@ class Host:
         #: The last driver's load was not complete when it let the gate go
         #: (see :class:`~flux_epilog_gate.gate.loader.Load`).
         self.partial = False
+        #: When each plugin (by name) last went away from this
+        #: job-manager: what became active since, it has not seen.
+        self.left = {}
 
     def join(self, member):
         """``member`` committed its load: True if it is to drive the gate
