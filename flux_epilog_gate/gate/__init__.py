@@ -54,10 +54,6 @@ through a *port*, an object with these methods (the real one is
     aborted]}``) to a watcher; returns False if the watcher is gone
 ``end_watch(sink, errnum, text)``
     end a watcher's stream with an error
-``read_eventlog(id, callback)``
-    read a job's eventlog without blocking; later call
-    ``callback(events, error)`` with a list of ``(timestamp, name,
-    context)``, or None and an OSError
 ``log(level, text)``
     log a line (syslog levels)
 
@@ -74,40 +70,54 @@ recovered (``close()`` at unload refuses those still waiting).  So a
 restart, a reload or a crash can be driven through the port alone: a
 crash keeps only what the KVS holds, a reload carries the gate over.
 
-The gate is one :class:`Gate`, each of its concerns in a module of this
-package:
+The gate is one :class:`Gate`, a facade over objects that each own one
+concern and are handed, when the gate is made, the others they call
+(doc/design.md draws who calls whom):
 
 =================  =========================================================
-``requests``       hold, release, list; the holds of configured rules
-``epilog``         the job-manager callbacks and the epilog point
-``finish``         how a hold ends (release, timeout, withdrawal, shutdown)
+``requests``       :class:`Requests`: hold, release, list; the holds of
+                   configured rules
+``points``         :class:`HoldPoint`: the protocol of the three points
+``epilog``         :class:`EpilogPoint`: holds that keep a job's clean back
+``prolog``         :class:`PrologPoint`: holds that keep a job's start back
+``depend``         :class:`DependPoint`: holds that keep a job in DEPEND
+``lifecycle``      :class:`Lifecycle`: a hold becomes active, then ends
+                   (release, timeout, withdrawal, shutdown, job inactive)
+``timeouts``       :class:`Timeouts`: the timers of active holds
+``watchers``       :class:`Watchers`: clients streaming activations
+``annotations``    :class:`Annotations`: each job's annotation
+``jobs``           :class:`JobTable`: the record of each held job; holds
+                   that are gone
+``recovery``       :class:`Recovery`: rebuilding holds from the hold log
+                   and the eventlog
+``reload``         :class:`Reload`: going from one plugin instance to the
+                   next
+``lost``           :class:`Losses`: pending holds whose job went inactive
+                   without them
+``listeners``      :class:`Listeners`: in-process users of the gate (the
+                   dws plugin)
+``counters``       :class:`Counters`: what ``stats`` reports
+``holdlog``        :class:`HoldLog`: the durable record of holds
 ``loader``         a load: the hold log read, jobs recovered, requests
                    kept waiting until the gate's view is complete
-``recovery``       rebuilding holds from the hold log and the eventlog
-``reload``         going from one plugin instance to the next
-``timeouts``       the timers of active holds
-``watchers``       clients streaming activations
-``jobs``           the record of each held job; holds that are gone
-``counters``       what ``stats`` reports
-``lost``           pending holds whose job went inactive without them
-``prolog``         prolog holds: holds that keep a job's start back
-``depend``         dependency holds: holds that keep a job in DEPEND
+``shutdown``       what the instance's shutdown does to holds
 ``states``         job states (flux.constants)
 =================  =========================================================
 """
 
-import syslog
-
+from .annotations import Annotations
 from .config import Config
 from .counters import Counters
-from .depend import Dependencies
-from .epilog import EpilogPoint
-from .finish import Finishing
+from .depend import DependPoint
+from .epilog import EPILOG_EVENTS, EpilogPoint
 from .holdlog import HoldLog
-from .jobs import GoneLog, Job, Tracking
+from .holds import Point
+from .jobs import GoneLog, Job, JobTable
+from .lifecycle import Lifecycle
+from .listeners import Listeners
 from .lost import Losses
-from .prolog import Prologs
-from .recovery import EPILOG_EVENTS, PROGRESS_EVENTS, Recovery
+from .prolog import PrologPoint
+from .recovery import PROGRESS_EVENTS, Recovery
 from .reload import Reload
 from .requests import Requests
 from .states import (
@@ -121,7 +131,7 @@ from .states import (
     JobState,
 )
 from .timeouts import Timeouts
-from .watchers import Watcher, Watching
+from .watchers import Watcher, Watchers
 
 __all__ = [
     "Gate",
@@ -141,54 +151,120 @@ __all__ = [
 ]
 
 
-class Gate(
-    Requests, EpilogPoint, Finishing, Recovery, Reload, Timeouts, Watching, Tracking
-):
-    """Holds of all jobs, driven by job-manager callbacks and requests."""
+class Gate:
+    """Holds of all jobs, driven by job-manager callbacks and requests.
+
+    The facade the plugin (:mod:`flux_epilog_gate.plugin`), the loader,
+    the shutdown and the tests use: it makes the gate's objects, hands
+    each the others it calls, and passes each entry point on to the one
+    that owns it.
+    """
 
     def __init__(self, port, config=None):
         self.port = port
-        self.config = config or Config()
-        #: The gate's record of each job with holds, by id.
-        self.jobs = {}
-        self.gone = GoneLog(self.config.gone_limit)
-        #: Progress events (PROGRESS_EVENTS) read from the eventlogs of
-        #: recovered jobs, by id: the port only knows of events posted
-        #: since this job-manager started.
-        self.replayed_progress = {}
-        self.watchers = []
-        self.holdlog = HoldLog(port, self.holds)
-        self.prolog = Prologs(self)
-        self.depend = Dependencies(self)
-        # What the instance's shutdown does (flux_epilog_gate.gate.shutdown).
-        self.shutdown = None
+        self.config = config = config or Config()
         self.stats = Counters()
-        #: Clients a bound refused: watch streams ended for falling
-        #: behind (watch-backlog), requests refused at max-pending.
-        self.refused = {"behind": 0, "busy": 0}
-        self.losses = Losses(self)
+        self.jobs = jobs = JobTable(port, config.gone_limit)
+        self.holdlog = holdlog = HoldLog(port, jobs.holds)
+        self.timeouts = timeouts = Timeouts(port)
+        self.watching = watchers = Watchers(port, config, jobs)
+        self.annotations = annotations = Annotations(port, config)
+        self.losses = Losses(port, jobs, holdlog, self.stats)
         #: In-process users of the gate (the dws plugin): each is told
         #: ``activated(hold)``, and of a held job ``exception(id,
         #: context)`` (a job exception) and ``inactive(id)``.
-        self.listeners = []
+        self.listeners = Listeners(port)
+        self.lifecycle = lifecycle = Lifecycle(
+            port,
+            jobs,
+            holdlog,
+            timeouts,
+            watchers,
+            annotations,
+            self.stats,
+            self.losses,
+            self.listeners,
+        )
+        self.epilog = EpilogPoint(port, jobs, lifecycle, holdlog, annotations)
+        self.prolog = PrologPoint(port, jobs, lifecycle, holdlog, watchers)
+        self.depend = DependPoint(port, jobs, lifecycle, holdlog, watchers)
+        #: The hold points by name.
+        self.points = {
+            point.name: point for point in (self.epilog, self.prolog, self.depend)
+        }
+        # The points make their holds active through the lifecycle, which
+        # ends them through their point.
+        lifecycle.points = self.points
+        self.requests = Requests(
+            port, config, jobs, holdlog, lifecycle, self.points, annotations, self.stats
+        )
+        self.recovery = Recovery(
+            port, jobs, lifecycle, watchers, self.epilog, self.prolog, self.depend
+        )
+        self.reload = Reload(
+            port,
+            jobs,
+            holdlog,
+            timeouts,
+            lifecycle,
+            self.epilog,
+            self.prolog,
+            self.depend,
+        )
+        self._shutdown = None
 
-    def attach(self, port):
-        """Drive another port: the plugin was loaded again."""
-        self.port = port
-        self.holdlog.resume(port)
+    # What the plugin reads
+
+    @property
+    def gone(self):
+        """Holds that are gone, and why (a GoneLog)."""
+        return self.jobs.gone
+
+    @property
+    def replayed_progress(self):
+        """Progress events read from the eventlogs of recovered jobs, by id."""
+        return self.jobs.replayed_progress
+
+    @property
+    def watchers(self):
+        """The watch streams (a list of Watcher)."""
+        return self.watching.streams
+
+    @watchers.setter
+    def watchers(self, streams):
+        self.watching.streams = streams
+
+    @property
+    def refused(self):
+        """Clients a bound refused: watch streams ended for falling
+        behind (watch-backlog), requests refused at max-pending."""
+        return {
+            "behind": self.watching.ended_behind,
+            "busy": self.requests.refused_busy,
+        }
+
+    @property
+    def shutdown(self):
+        """What the instance's shutdown does
+        (:class:`flux_epilog_gate.gate.shutdown.Shutdown`), once it is
+        known; the objects it hooks into are told."""
+        return self._shutdown
+
+    @shutdown.setter
+    def shutdown(self, shutdown):
+        self._shutdown = shutdown
+        self.requests.shutdown = shutdown
+        self.lifecycle.shutdown = shutdown
+        self.epilog.shutdown = shutdown
+
+    def holds(self):
+        """Every hold of every job, or None while some job's holds are
+        still being recovered."""
+        return self.jobs.holds()
 
     def tell(self, method, *args):
-        """Call ``method(*args)`` of every listener; one that raises is
-        logged, and the others are told all the same."""
-        for listener in list(self.listeners):
-            try:
-                getattr(listener, method)(*args)
-            except Exception as exc:  # noqa: BLE001 - a listener's, not ours
-                self.port.log(
-                    syslog.LOG_ERR,
-                    f"{method}: listener {type(listener).__name__}: "
-                    f"{type(exc).__name__}: {exc}",
-                )
+        """Call ``method(*args)`` of every listener (see :class:`Listeners`)."""
+        self.listeners.tell(method, *args)
 
     def posted(self, jobid, name):
         """True if event ``name`` is in the job's eventlog, as far as the
@@ -196,17 +272,151 @@ class Gate(
         job = self.jobs.get(jobid)
         if job is None:
             return self.port.posted(jobid, name)
-        return self._posted(job, name)
+        return self.jobs.posted(job, name)
 
-    def holds(self):
-        """Every hold of every job, or None while some job's holds are
-        still being recovered."""
-        if any(job.recovering for job in self.jobs.values()):
-            return None
-        return [hold for job in self.jobs.values() for hold in job.holds.values()]
+    # Requests
+
+    def hold(
+        self,
+        jobid,
+        description,
+        timeout=None,
+        point=Point.EPILOG,
+        done=None,
+        default_timeout=True,
+    ):
+        """Register a hold; return ``(hold, created)`` (see
+        :meth:`Requests.hold <flux_epilog_gate.gate.requests.Requests.hold>`)."""
+        return self.requests.hold(
+            jobid, description, timeout, point, done, default_timeout
+        )
+
+    def release(self, jobid, description, status=0, done=None, raised=False):
+        """Release a hold; return ``(released, reason)`` (see
+        :meth:`Requests.release <flux_epilog_gate.gate.requests.Requests.release>`)."""
+        return self.requests.release(jobid, description, status, done, raised)
+
+    def list(self, jobid=None, userid=None):
+        """List entries of all holds, or of one job's (see
+        :meth:`Requests.list <flux_epilog_gate.gate.requests.Requests.list>`)."""
+        return self.requests.list(jobid, userid)
+
+    def apply_rules(self, jobid, attributes):
+        """Register the holds that configured rules give a new job."""
+        self.requests.apply_rules(jobid, attributes)
+
+    def watch(self, sink, descriptions=None, userid=None, points=None):
+        """Add a watcher; it is first sent every hold already active."""
+        self.watching.watch(sink, descriptions, userid, points)
+
+    def unwatch(self, match):
+        """Drop watchers whose sink satisfies ``match(sink)``; return count."""
+        return self.watching.unwatch(match)
+
+    def acknowledge(self, match, count):
+        """A watcher read ``count`` activations (see
+        :meth:`flux_epilog_gate.gate.watchers.Watchers.acknowledge`)."""
+        self.watching.acknowledge(match, count)
+
+    # Job-manager callbacks
+
+    def on_run(self, jobid):
+        """The job entered RUN (only for jobs with prolog holds)."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.prolog.on_run(job)
+
+    def on_cleanup(self, jobid):
+        """The job entered CLEANUP: the prolog and dependency points drop
+        or abort their holds, then the epilog point looks for its point."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.prolog.on_cleanup(job)
+            self.depend.on_cleanup(job)
+            self.epilog.on_cleanup(job)
+
+    def on_event(self, jobid, name, state):
+        """An event was posted to a tracked job."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.epilog.on_event(job, name, state)
+
+    def on_inactive(self, jobid):
+        """The job is inactive: whatever it still holds is gone."""
+        self.lifecycle.on_inactive(jobid)
+
+    # The shutdown's
+
+    def reach_point(self, jobid):
+        """Take the job as at its epilog point now (at shutdown)."""
+        job = self.jobs.get(jobid)
+        if job is not None:
+            self.epilog.reach(job)
+
+    def end(self, hold, status, reason, note):
+        """Finish an active hold on the gate's own account (at shutdown)."""
+        self.lifecycle.end(hold, status, reason, note)
+
+    def expire(self, hold):
+        """A hold's timeout expired."""
+        self.lifecycle.expire(hold)
+
+    # Recovery (the loader's)
+
+    def begin_recovery(self, jobid, userid):
+        """A job whose holds will be known once its eventlog is read."""
+        self.recovery.begin(jobid, userid)
+
+    def end_recovery(self, jobid, events):
+        """Rebuild a job's holds from its eventlog ``events``."""
+        self.recovery.end(jobid, events)
+
+    def abandon_recovery(self, jobid):
+        """Recovering a job failed: carry on with what is known of it."""
+        self.recovery.abandon(jobid)
+
+    # Reload
+
+    def suspend(self):
+        """The plugin is going away (see :meth:`Reload.suspend
+        <flux_epilog_gate.gate.reload.Reload.suspend>`)."""
+        self.reload.suspend()
+
+    def retrack(self, jobid, state):
+        """job.new for a job the gate already knows, after a reload;
+        True if its eventlog must be read (again)."""
+        return self.reload.retrack(jobid, state)
+
+    def resume(self, seen):
+        """After a reload: jobs not ``seen`` went inactive meanwhile."""
+        self.reload.resume(seen)
+
+    def attach(self, port):
+        """Drive another port: the plugin was loaded again."""
+        self.port = port
+        for part in (
+            self.jobs,
+            self.timeouts,
+            self.watching,
+            self.annotations,
+            self.losses,
+            self.listeners,
+            self.lifecycle,
+            self.epilog,
+            self.prolog,
+            self.depend,
+            self.requests,
+            self.recovery,
+            self.reload,
+        ):
+            part.port = port
+        self.holdlog.resume(port)
 
     def reconfigure(self, config):
         """Apply a new configuration to holds registered from now on."""
         self.config = config
-        self.gone.limit = config.gone_limit
-        self.gone.trim()
+        self.requests.config = config
+        self.watching.config = config
+        self.annotations.config = config
+        self.jobs.gone.limit = config.gone_limit
+        self.jobs.gone.trim()

@@ -32,6 +32,9 @@ Shutdown leaves dependency holds alone: a job in DEPEND does not hold
 the shutdown (``flux queue idle`` waits on jobs in RUN and CLEANUP
 only), and the job-manager keeps its dependencies across a restart.
 
+Timeouts are as at every point (:mod:`flux_epilog_gate.gate.points`):
+a dependency hold that times out fails its job.
+
 This module is plain Python: it reaches the job-manager through the
 gate's port (``depend_start``, ``depend_finish``, ``raise_dependency``;
 see :mod:`flux_epilog_gate.gate`).
@@ -43,7 +46,8 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import MARKER
-from .holds import ACTIVE, GONE, PENDING, Point, Reason
+from .holds import PENDING, Point, Reason
+from .points import HoldPoint, replay_start
 from .states import CLEANUP, DEPEND, NEW, JobState
 
 #: The dependency events the gate posts, marked as its own.
@@ -61,24 +65,35 @@ def is_depend(hold):
     return hold.point == Point.DEPEND
 
 
-class Dependencies:
-    """The dependency side of a :class:`flux_epilog_gate.gate.Gate`."""
+class DependPoint(HoldPoint):
+    """The dependency point (see module docstring and
+    :class:`~flux_epilog_gate.gate.points.HoldPoint`).
 
-    def __init__(self, gate):
-        self.gate = gate
+    Owns the records that wait for the job-manager's event batch (see
+    :data:`BATCH_WAIT`) and their timer.  Also tells the watchers of a
+    hold whose job left DEPEND.  Called by the gate's job-manager
+    callback ``on_cleanup``, the requests (also :meth:`barrier`), the
+    lifecycle (``finish``), recovery and reload (also :meth:`flush`).
+    """
+
+    name = Point.DEPEND
+    events = DEPEND_EVENTS
+    # A job in DEPEND does not hold the shutdown, and the job-manager
+    # keeps its dependencies across a restart.
+    ends_at_shutdown = False
+    label = "dependency hold"
+
+    def __init__(self, port, jobs, lifecycle, holdlog, watchers):
+        super().__init__(port, jobs, lifecycle, holdlog)
+        self.watchers = watchers
         # Holds whose record waits for the job-manager's event batch, with
         # the callback of the record (see BATCH_WAIT), in order.
         self._unrecorded = []
         self._timer = None
 
-    @property
-    def port(self):
-        return self.gate.port
-
     # Requests
 
-    @staticmethod
-    def check(jobid, state):
+    def check(self, job, jobid, state):
         """Raise GateError if a dependency hold on ``jobid`` (in ``state``)
         comes too late: the job has left DEPEND."""
         if state in _OPEN:
@@ -91,7 +106,7 @@ class Dependencies:
             '"depend"; a prolog hold can still keep its start back)',
         )
 
-    def place(self, job, hold):
+    def place(self, job, hold, state):
         """A new dependency hold: active at once."""
         self.activate(job, hold)
 
@@ -108,7 +123,7 @@ class Dependencies:
         if self._unrecorded:
             self._unrecorded.append((None, callback))
         else:
-            self.gate.holdlog.barrier(callback)
+            self.holdlog.barrier(callback)
 
     def flush(self):
         """Record now every hold still waiting (the plugin goes away)."""
@@ -121,10 +136,13 @@ class Dependencies:
     def on_cleanup(self, job):
         """The job entered CLEANUP: it never runs, its dependency holds
         are gone (its watchers are told first)."""
+        if job.recovering:
+            # recovered() does this once the holds are known.
+            return
         for hold in list(job.holds.values()):
             if is_depend(hold):
                 hold.aborted = True
-                self.gate._notify(hold)
+                self.watchers.notify(hold)
                 self._drop(job, hold, Reason.NEVER_STARTED)
 
     def finish(self, job, hold, status, reason, note=None, raised=False):
@@ -138,7 +156,7 @@ class Dependencies:
             return
         if status != 0:
             if note is None:
-                note = self.gate.failure_note(hold, status, reason)
+                note = self.failure_note(hold, status, reason)
             try:
                 self.port.raise_dependency(job.id, note)
             except OSError as exc:
@@ -163,12 +181,12 @@ class Dependencies:
             return
         description = context.get("description")
         if name == "dependency-add":
-            self.gate._replay_start(job, timestamp, context, Point.DEPEND)
+            replay_start(job, timestamp, context, Point.DEPEND)
         elif description in released:
             del released[description]
         elif description in job.holds and is_depend(job.holds[description]):
             del job.holds[description]
-            self.gate.gone.add(job.id, description, Reason.RELEASED)
+            self.jobs.gone.add(job.id, description, Reason.RELEASED)
 
     def recovered(self, job, state):
         """A job's holds are known again (after a restart or a reload) and
@@ -197,30 +215,21 @@ class Dependencies:
             raise GateError.from_oserror(
                 exc, f"posting dependency-add to job {f58(hold.id)}"
             ) from None
-        self.gate._activated(hold)
+        self.lifecycle.activated(hold)
 
     def _record_all(self):
         self._timer = None
         waiting, self._unrecorded = self._unrecorded, []
         for hold, callback in waiting:
             if hold is None:
-                self.gate.holdlog.barrier(callback)
+                self.holdlog.barrier(callback)
             else:
-                self.gate.holdlog.hold(hold, callback)
+                self.holdlog.hold(hold, callback)
 
     def _drop(self, job, hold, reason):
         # Nothing to post: the job is out of DEPEND.
         self._recorded(hold)
-        del job.holds[hold.description]
-        was, hold.state = hold.state, GONE
-        self.gate._stop_timer(hold)
-        self.gate.gone.add(job.id, hold.description, reason)
-        self.gate.stats["cancelled"] += 1
-        self.gate.holdlog.cancel(hold)
-        if was == ACTIVE:
-            self.gate._annotate(job)
-        if not job.holds and not job.recovering:
-            self.gate._untrack(job)
+        self.lifecycle.drop(job, hold, reason)
 
     def _recorded(self, hold):
         """What ends ``hold`` is recorded after the hold itself: record it
@@ -228,7 +237,7 @@ class Dependencies:
         for index, (waiting, callback) in enumerate(self._unrecorded):
             if waiting is hold:
                 del self._unrecorded[index]
-                self.gate.holdlog.hold(hold, callback)
+                self.holdlog.hold(hold, callback)
                 return
 
     def _state(self, jobid):

@@ -1,107 +1,176 @@
-"""The epilog point: the moment none of a job's processes can still run
-(see README, "The epilog point"), where its pending epilog holds become
-active by posting ``epilog-start``; and the job's annotation naming its
-active holds."""
+"""The epilog point: holds that keep a job's *clean* back.
+
+An epilog hold is pending until the job reaches its epilog point, the
+moment none of its processes can still run (see
+``doc/man7/flux-epilog-gate.rst``, "The epilog point"); there the gate
+posts ``epilog-start description=D`` (marked as the gate's, with the
+hold's timeout), and the job-manager does not post ``clean`` while an
+epilog action is open.  Releasing it posts ``epilog-finish
+description=D status=S``; a non-zero status or a timeout raises a
+non-fatal job exception naming the hold first.
+
+Recovery.  While a job's holds are being recovered, the gate keeps it
+from clean with its own epilog action
+(:data:`~flux_epilog_gate.gate.holds.RECOVERY_DESCRIPTION`), posted
+when the job enters CLEANUP and finished by :meth:`EpilogPoint.end_recovery`
+once its holds are carried on.
+
+Shutdown.  ``shutdown-action=finish`` ends active epilog holds; a
+pending one on a job the stopping instance ends is made active first
+(:mod:`flux_epilog_gate.gate.shutdown` calls :meth:`EpilogPoint.reach`).
+"""
 
 import syslog
 
 from ..errors import GateError
 from ..jobid import f58
-from .holds import ACTIVE, EPILOG, PENDING
+from .holdlog import MARKER
+from .holds import EPILOG, PENDING, RECOVERY_DESCRIPTION, Reason
+from .points import HoldPoint, replay_start
 from .states import CLEANUP
 
+#: The epilog events the gate posts, marked as its own (holdlog.MARKER).
+EPILOG_EVENTS = frozenset(("epilog-start", "epilog-finish"))
 
-class EpilogPoint:
-    """Part of :class:`~flux_epilog_gate.gate.Gate`: the job-manager
-    callbacks that tell where a job is, and what its epilog point does."""
 
-    def on_run(self, jobid):
-        """The job entered RUN (only for jobs with prolog holds)."""
-        job = self.jobs.get(jobid)
-        if job:
-            self.prolog.on_run(job)
+class EpilogPoint(HoldPoint):
+    """The epilog point (see module docstring and
+    :class:`~flux_epilog_gate.gate.points.HoldPoint`).
 
-    def on_cleanup(self, jobid):
-        """The job entered CLEANUP."""
-        job = self.jobs.get(jobid)
-        if job:
-            if not job.recovering:
-                self.prolog.on_cleanup(job)
-                self.depend.on_cleanup(job)
-            self._advance(job, CLEANUP)
-            if self.shutdown is not None and not job.at_point:
-                self.shutdown.entered_cleanup(jobid)
+    Owns each job's ``at_point`` and ``recovery_epilog``.  Also calls
+    the annotations (a job's active holds change when it reaches its
+    point) and the jobs' progress events; tells the shutdown of a held
+    job that enters CLEANUP short of its point.  Called by the gate's
+    job-manager callbacks (``on_cleanup``, ``on_event``), the requests,
+    the lifecycle (``finish``), recovery, reload and the shutdown.
+    """
 
-    def on_event(self, jobid, name, state):
-        """An event was posted to a tracked job."""
-        job = self.jobs.get(jobid)
-        if job and name in ("finish", "free") and state == CLEANUP:
+    name = EPILOG
+    events = EPILOG_EVENTS
+    ends_at_shutdown = True
+
+    def __init__(self, port, jobs, lifecycle, holdlog, annotations):
+        super().__init__(port, jobs, lifecycle, holdlog)
+        self.annotations = annotations
+        #: The instance's shutdown while there is one.
+        self.shutdown = None
+
+    # Requests
+
+    def place(self, job, hold, state):
+        """A new epilog hold: active at once past the point, else pending."""
+        if not job.recovering and (job.at_point or self.past_point(job, state)):
+            self.activate(job, hold)
+            job.at_point = True
+
+    def activate(self, job, hold):
+        self._post_start(hold.id, hold.description, hold.timeout)
+        self.lifecycle.activated(hold)
+
+    def finish(self, job, hold, status, reason, note=None, raised=False):
+        if status != 0 and not raised:
+            self._raise(job.id, hold, status, reason, note)
+        self._post_finish(job.id, hold.description, status)
+
+    # Job-manager callbacks
+
+    def on_cleanup(self, job):
+        self._advance(job, CLEANUP)
+        if self.shutdown is not None and not job.at_point:
+            self.shutdown.entered_cleanup(job.id)
+
+    def on_event(self, job, name, state):
+        """An event was posted to the job."""
+        if name in ("finish", "free") and state == CLEANUP:
             self._advance(job, state)
 
-    def reach_point(self, jobid):
+    def reach(self, job):
         """Take the job as at its epilog point now, whatever it went
         through (at shutdown, which ends its processes)."""
-        job = self.jobs.get(jobid)
-        if job is None or job.at_point or job.recovering:
+        if job.at_point or job.recovering:
             return
         try:
             self._reach_point(job)
         except GateError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
 
-    def _past_point(self, job, state):
+    def past_point(self, job, state):
         """True if the job is in CLEANUP and none of its processes can still
-        be running (see README, "The epilog point")."""
+        be running (see flux-epilog-gate(7), "The epilog point")."""
         if state != CLEANUP:
             return False
         if job.start_held:
             # The gate's own prolog action kept the start request back.
             return True
-        if not self._posted(job, "alloc"):
+        posted = self.jobs.posted
+        if not posted(job, "alloc"):
             return True
-        if self._posted(job, "finish") or self._posted(job, "free"):
+        if posted(job, "finish") or posted(job, "free"):
             return True
-        if self._posted(job, "start"):
+        if posted(job, "start"):
             return False
         # A prolog still open when CLEANUP began means no start was ever
         # requested; otherwise wait for finish, or free as the last resort.
-        return self._posted(job, "prolog-start") and not self._posted(
-            job, "prolog-finish"
-        )
+        return posted(job, "prolog-start") and not posted(job, "prolog-finish")
+
+    # Recovery and reload
+
+    def replay(self, job, timestamp, name, context, released):
+        if not context.get(MARKER):
+            # Only the gate's own: another plugin's epilog may have the
+            # same description (perilog.so's job-manager.epilog).
+            return
+        description = context["description"]
+        if description == RECOVERY_DESCRIPTION:
+            job.recovery_epilog = name == "epilog-start"
+        elif name == "epilog-start":
+            replay_start(job, timestamp, context)
+        elif description in released:
+            # The finish of a released hold (the oldest start).
+            del released[description]
+        elif description in job.holds:
+            del job.holds[description]
+            self.jobs.gone.add(job.id, description, Reason.RELEASED)
+
+    def recovered(self, job, state):
+        """Past the point, the job's pending epilog holds become active
+        (also those held while it was being recovered)."""
+        if self.past_point(job, state):
+            self._reach_point(job)
+
+    def end_recovery(self, job):
+        """End the gate's own epilog action of a job whose holds are
+        known again (or could not be)."""
+        if job.recovery_epilog:
+            job.recovery_epilog = False
+            self._post_finish(job.id, RECOVERY_DESCRIPTION, 0)
+
+    # Internals
 
     def _advance(self, job, state):
         if job.recovering:
             self._hold_for_recovery(job)
-        elif not job.at_point and self._past_point(job, state):
+        elif not job.at_point and self.past_point(job, state):
             self._reach_point(job)
 
     def _reach_point(self, job):
         job.at_point = True
         for hold in list(job.holds.values()):
-            # A pending prolog hold is the prolog side's (dropped when the
-            # job enters CLEANUP), a dependency hold the dependency side's:
+            # A pending prolog hold is the prolog point's (dropped when the
+            # job enters CLEANUP), a dependency hold the dependency point's:
             # never an epilog.
             if hold.state == PENDING and hold.point == EPILOG:
-                self._activate(hold)
-        self._annotate(job)
+                self.activate(job, hold)
+        self.annotations.update(job)
 
-    def _activate(self, hold):
-        self._epilog_start(hold.id, hold.description, hold.timeout)
-        self._activated(hold)
+    def _hold_for_recovery(self, job):
+        # Still reading the eventlog: keep clean from being posted until
+        # we know which holds this job has.
+        if not job.recovery_epilog:
+            self._post_start(job.id, RECOVERY_DESCRIPTION)
+            job.recovery_epilog = True
 
-    def _activated(self, hold):
-        """``hold`` is active now (its epilog-start or prolog-start is
-        posted)."""
-        hold.state = ACTIVE
-        hold.t_start = self.port.now()
-        self.stats["activated"] += 1
-        self._arm_timer(hold)
-        self._notify(hold)
-        if self.shutdown is not None:
-            self.shutdown.activated(hold)
-        self.tell("activated", hold)
-
-    def _epilog_start(self, jobid, description, timeout=None):
+    def _post_start(self, jobid, description, timeout=None):
         try:
             self.port.epilog_start(jobid, description, timeout)
         except OSError as exc:
@@ -109,17 +178,18 @@ class EpilogPoint:
                 exc, f"posting epilog-start to job {f58(jobid)}"
             ) from None
 
-    def _annotate(self, job):
-        """Keep the job's annotation naming its active holds, what its
-        clean waits on (if annotations are on)."""
-        if not self.config.annotate:
-            return
-        active = sorted(d for d, h in job.holds.items() if h.state == ACTIVE)
-        text = ",".join(active) or None
-        if text == job.annotation:
-            return
-        job.annotation = text
+    def _post_finish(self, jobid, description, status):
         try:
-            self.port.annotate(job.id, text)
+            self.port.epilog_finish(jobid, description, status)
         except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: annotation: {exc}")
+            self.port.log(
+                syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
+            )
+
+    def _raise(self, jobid, hold, status, reason, note=None):
+        if note is None:
+            note = self.failure_note(hold, status, reason)
+        try:
+            self.port.raise_exception(jobid, note)
+        except OSError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: raising exception: {exc}")

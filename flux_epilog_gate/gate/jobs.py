@@ -3,8 +3,6 @@ that are gone, and which jobs the job-manager sends it callbacks for."""
 
 from collections import OrderedDict
 
-from .holds import GONE, Reason
-
 #: The annotation of a job whose annotation the gate has not set (since
 #: it was loaded).
 NOT_ANNOTATED = object()
@@ -30,16 +28,19 @@ class Job:
         self.id = jobid
         self.userid = userid
         self.holds = {}
-        self.at_point = False
         self.recovering = False
-        # The gate's own epilog action that keeps the job from clean while
+        # The epilog point's (epilog.py): the job is at its epilog point;
+        # the gate's own epilog action that keeps the job from clean while
         # its holds are being recovered is posted and not yet finished.
+        self.at_point = False
         self.recovery_epilog = False
+        # The annotations' (annotations.py): what the job's annotation is.
         self.annotation = NOT_ANNOTATED
-        # One of the gate's prolog actions keeps the job's start back.
+        # The prolog point's (prolog.py): one of the gate's prolog actions
+        # keeps the job's start back; while recovering, when this
+        # job-manager posted its own recovery prolog action (or None), and
+        # how many the eventlog leaves open.
         self.start_held = False
-        # While recovering: when this job-manager posted its own recovery
-        # prolog action (or None), and how many the eventlog leaves open.
         self.recovery_prolog_at = None
         self.recovery_prologs_open = 0
 
@@ -72,45 +73,58 @@ class GoneLog:
         return len(self._entries)
 
 
-class Tracking:
-    """Part of :class:`~flux_epilog_gate.gate.Gate`: the jobs it has a
-    record of, and the job-manager callbacks it asks for them."""
+class JobTable(dict):
+    """The gate's record of each job with holds, by id (a dict of
+    :class:`Job`), and which jobs the job-manager sends it callbacks for.
 
-    def on_inactive(self, jobid):
-        """The job is inactive: whatever it still holds is gone."""
-        job = self.jobs.get(jobid)
-        if job is not None and job.recovering:
-            # Its holds are not known yet: end_recovery() finds the job
-            # inactive and reports what it lost.
-            return
-        self.jobs.pop(jobid, None)
-        self.replayed_progress.pop(jobid, None)
-        if job is None:
-            return
-        lost = self.losses.inactive(job)
-        for hold in job.holds.values():
-            hold.state = GONE
-            self._stop_timer(hold)
-            if hold not in lost:
-                self.gone.add(jobid, hold.description, Reason.JOB_INACTIVE)
+    Owns the :class:`Job` records, the :class:`GoneLog` (``gone``) and
+    the progress events read from the eventlogs of recovered jobs
+    (``replayed_progress``: the port only knows of events posted since
+    this job-manager started).  Calls the port's ``track``, ``untrack``
+    and ``posted``.  Every part of the gate reads it; the requests, the
+    lifecycle and recovery add and remove jobs.
+    """
 
-    def _track(self, jobid, userid):
+    def __init__(self, port, gone_limit):
+        super().__init__()
+        self.port = port
+        self.gone = GoneLog(gone_limit)
+        #: Progress events (recovery.PROGRESS_EVENTS) read from the
+        #: eventlogs of recovered jobs, by id.
+        self.replayed_progress = {}
+
+    def track(self, jobid, userid):
+        """A new record for ``jobid``, whose callbacks the gate now gets."""
         job = Job(jobid, userid)
-        self.jobs[jobid] = job
+        self[jobid] = job
         self.port.track(jobid)
         return job
 
-    def _untrack(self, job):
-        if self.jobs.get(job.id) is job:
-            del self.jobs[job.id]
+    def untrack(self, job):
+        """Forget ``job`` (it has no holds left) and its callbacks."""
+        if self.get(job.id) is job:
+            del self[job.id]
             self.port.untrack(job.id)
             if job.id in self.replayed_progress:
                 # keep on_inactive() coming, so the progress is dropped
                 self.port.track(job.id, events=False)
 
-    def _posted(self, job, name):
+    def forget(self, jobid):
+        """The job is inactive: drop its record (returned, or None) and
+        its replayed progress."""
+        self.replayed_progress.pop(jobid, None)
+        return self.pop(jobid, None)
+
+    def posted(self, job, name):
         """True if event ``name`` is in the job's eventlog: posted since
         this job-manager started, or read from the eventlog on recovery."""
         return name in self.replayed_progress.get(job.id, ()) or self.port.posted(
             job.id, name
         )
+
+    def holds(self):
+        """Every hold of every job, or None while some job's holds are
+        still being recovered (what the hold log's snapshots are made of)."""
+        if any(job.recovering for job in self.values()):
+            return None
+        return [hold for job in self.values() for hold in job.holds.values()]

@@ -44,10 +44,20 @@ WHY = (
 
 
 class Losses:
-    """Reports the holds a gate could not hold (see module docstring)."""
+    """Reports the holds a gate could not hold (see module docstring).
 
-    def __init__(self, gate):
-        self.gate = gate
+    Owns nothing but the reports: each goes to the log, the ``lost``
+    counter, the jobs' memory of holds that are gone and the hold log.
+    Calls the port's ``read_eventlog``, ``job_info``, ``now`` and
+    ``log``.  Called by the lifecycle (a job went inactive) and by the
+    loader (:meth:`check_unseen`, after a load into a new job-manager).
+    """
+
+    def __init__(self, port, jobs, holdlog, stats):
+        self.port = port
+        self.jobs = jobs
+        self.holdlog = holdlog
+        self.stats = stats
 
     def inactive(self, job):
         """``job`` went inactive: report its pending epilog holds; return
@@ -72,7 +82,7 @@ class Losses:
                 continue
             descriptions = pending_in_log(entries)
             if descriptions:
-                self.gate.port.read_eventlog(
+                self.port.read_eventlog(
                     jobid,
                     lambda events, error, jobid=jobid, d=descriptions: self.ended(
                         jobid, d, events, error
@@ -85,14 +95,14 @@ class Losses:
         lost."""
         if error is not None:
             if getattr(error, "errno", None) == errno.ENOENT:
-                self.gate.port.log(
+                self.port.log(
                     syslog.LOG_WARNING,
                     f"job {f58(jobid)} is named in the hold log but has no "
                     "eventlog (purged, or not replayed after a crash): what "
                     f"became of its holds {', '.join(descriptions)} is not known",
                 )
             else:
-                self.gate.port.log(
+                self.port.log(
                     syslog.LOG_ERR,
                     f"job {f58(jobid)}: eventlog lookup: {error}: its holds "
                     f"{', '.join(descriptions)} were not checked",
@@ -101,10 +111,10 @@ class Losses:
         # The job-manager's word, not the eventlog's: the clean it posts
         # as it restarts may not be committed yet.
         try:
-            state, _ = self.gate.port.job_info(jobid)
+            state, _ = self.port.job_info(jobid)
         except OSError:
             state = INACTIVE
-        if state != INACTIVE or jobid in self.gate.jobs:
+        if state != INACTIVE or jobid in self.jobs:
             return
         started = {
             context.get("description")
@@ -116,18 +126,17 @@ class Losses:
         )
         for description in descriptions:
             if description not in started:
-                self._lost(Hold(jobid, description, userid, self.gate.port.now()))
+                self._lost(Hold(jobid, description, userid, self.port.now()))
 
     def _lost(self, hold):
-        gate = self.gate
-        gate.stats["lost"] += 1
-        gate.port.log(
+        self.stats["lost"] += 1
+        self.port.log(
             syslog.LOG_ERR,
             f"hold {hold.description} of job {f58(hold.id)} was lost: {WHY}",
         )
         # Recorded, so that a later load does not report it again.
-        gate.holdlog.cancel(hold)
-        gate.gone.add(hold.id, hold.description, Reason.LOST)
+        self.holdlog.cancel(hold)
+        self.jobs.gone.add(hold.id, hold.description, Reason.LOST)
 
 
 def pending_in_log(entries):

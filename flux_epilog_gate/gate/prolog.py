@@ -21,6 +21,15 @@ watchers are told (``aborted: true``) so the setup can be abandoned.  A
 pending prolog hold of a job that enters CLEANUP is dropped with no
 events: the job will never start.
 
+Recovery.  While a job's holds are being recovered, the gate keeps its
+start back with its own prolog action
+(:data:`~flux_epilog_gate.gate.holds.RECOVERY_DESCRIPTION`), posted
+if the job enters RUN meanwhile and finished once its holds are carried
+on (:meth:`PrologPoint.recovered`).
+
+Shutdown.  ``shutdown-action=finish`` ends active prolog holds (their
+jobs are in RUN: they hold the shutdown).
+
 This module is plain Python: it reaches the job-manager through the
 gate's port (``prolog_start``, ``prolog_finish``, ``raise_fatal``,
 ``want_run``; see :mod:`flux_epilog_gate.gate`).
@@ -32,8 +41,12 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import MARKER
-from .holds import ACTIVE, GONE, PENDING, PROLOG, RECOVERY_DESCRIPTION, Reason
+from .holds import ACTIVE, PENDING, PROLOG, RECOVERY_DESCRIPTION, Reason
+from .points import HoldPoint, replay_start
 from .states import CLEANUP, RUN
+
+#: The prolog events the gate posts, marked as its own.
+PROLOG_EVENTS = frozenset(("prolog-start", "prolog-finish"))
 
 
 def is_prolog(hold):
@@ -45,15 +58,25 @@ def active_prologs(job):
     return [h for h in job.holds.values() if is_prolog(h) and h.state == ACTIVE]
 
 
-class Prologs:
-    """The prolog side of a :class:`flux_epilog_gate.gate.Gate`."""
+class PrologPoint(HoldPoint):
+    """The prolog point (see module docstring and
+    :class:`~flux_epilog_gate.gate.points.HoldPoint`).
 
-    def __init__(self, gate):
-        self.gate = gate
+    Owns each job's ``start_held``, ``recovery_prolog_at`` and
+    ``recovery_prologs_open``.  Also tells the watchers of a hold whose
+    job will never start.  Called by the gate's job-manager callbacks
+    (``on_run``, ``on_cleanup``), the requests, the lifecycle
+    (``finish``), recovery and reload.
+    """
 
-    @property
-    def port(self):
-        return self.gate.port
+    name = PROLOG
+    events = PROLOG_EVENTS
+    ends_at_shutdown = True
+    label = "prolog hold"
+
+    def __init__(self, port, jobs, lifecycle, holdlog, watchers):
+        super().__init__(port, jobs, lifecycle, holdlog)
+        self.watchers = watchers
 
     # Requests
 
@@ -102,6 +125,9 @@ class Prologs:
     def on_cleanup(self, job):
         """The job entered CLEANUP (before its epilog point is looked for):
         pending prolog holds are dropped, active ones are aborted."""
+        if job.recovering:
+            # recovered() does this once the holds are known.
+            return
         for hold in list(job.holds.values()):
             if not is_prolog(hold):
                 continue
@@ -114,7 +140,7 @@ class Prologs:
                 self._drop(job, hold, Reason.NEVER_STARTED, record=False)
             elif not hold.aborted:
                 hold.aborted = True
-                self.gate._notify(hold)
+                self.watchers.notify(hold)
 
     def finish(self, job, hold, status, reason, note=None, raised=False):
         """End active prolog hold ``hold`` (already off the job); ``note``
@@ -146,9 +172,13 @@ class Prologs:
         except OSError as exc:
             self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: tracking: {exc}")
 
-    def replay(self, job, timestamp, name, context):
+    def replay(self, job, timestamp, name, context, released):
         """One ``prolog-*`` entry of a recovering job's eventlog."""
         description = context.get("description")
+        if name == "prolog-finish" and context.get(MARKER) and description in released:
+            # The finish of a released prolog hold.
+            del released[description]
+            return
         if description == RECOVERY_DESCRIPTION:
             if timestamp < (job.recovery_prolog_at or float("inf")):
                 job.recovery_prologs_open += 1 if name == "prolog-start" else -1
@@ -156,12 +186,12 @@ class Prologs:
         if not context.get(MARKER):
             return
         if name == "prolog-start":
-            self.gate._replay_start(job, timestamp, context, PROLOG)
+            replay_start(job, timestamp, context, PROLOG)
         elif name == "prolog-finish":
             hold = job.holds.get(description)
             if hold is not None and is_prolog(hold):
                 del job.holds[description]
-                self.gate.gone.add(job.id, description, Reason.RELEASED)
+                self.jobs.gone.add(job.id, description, Reason.RELEASED)
 
     def recovered(self, job, state):
         """A job's holds are known again (after a restart or a reload) and
@@ -185,11 +215,22 @@ class Prologs:
                     self._drop(job, hold, Reason.STARTED_UNGATED)
             elif hold.state == PENDING:
                 self._want_run(job)
-        self._end_recovery_prologs(job)
+        self.end_recovery(job)
 
-    def abandon_recovery(self, job):
-        """Recovering ``job`` failed: end the gate's own prolog actions."""
-        self._end_recovery_prologs(job)
+    def end_recovery(self, job):
+        """End the gate's own prolog actions of a job whose holds are
+        known again (or could not be)."""
+        count = max(0, job.recovery_prologs_open) + (1 if job.recovery_prolog_at else 0)
+        job.recovery_prolog_at = None
+        job.recovery_prologs_open = 0
+        job.start_held = bool(active_prologs(job))
+        for _ in range(count):
+            try:
+                self.port.prolog_finish(job.id, RECOVERY_DESCRIPTION, 0)
+            except OSError as exc:
+                self.port.log(
+                    syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-finish: {exc}"
+                )
 
     # Internals
 
@@ -201,7 +242,7 @@ class Prologs:
                 exc, f"posting prolog-start to job {f58(hold.id)}"
             ) from None
         job.start_held = True
-        self.gate._activated(hold)
+        self.lifecycle.activated(hold)
 
     def _not_held(self, job, hold, exc):
         # The start cannot be kept back for this hold: the job must not
@@ -225,18 +266,11 @@ class Prologs:
 
     def _drop(self, job, hold, reason, record=True):
         # A pending hold: nothing was posted for it, so nothing is.
-        del job.holds[hold.description]
-        hold.state = GONE
-        self.gate.gone.add(job.id, hold.description, reason)
-        self.gate.stats["cancelled"] += 1
-        if record:
-            self.gate.holdlog.cancel(hold)
-        if not job.holds and not job.recovering:
-            self.gate._untrack(job)
+        self.lifecycle.drop(job, hold, reason, record)
 
     def _raise(self, job, hold, status, reason, note=None):
         if note is None:
-            note = self.gate.failure_note(hold, status, reason)
+            note = self.failure_note(hold, status, reason)
         try:
             self.port.raise_fatal(job.id, note)
         except OSError as exc:
@@ -257,16 +291,3 @@ class Prologs:
                 )
                 return
             job.recovery_prolog_at = now
-
-    def _end_recovery_prologs(self, job):
-        count = max(0, job.recovery_prologs_open) + (1 if job.recovery_prolog_at else 0)
-        job.recovery_prolog_at = None
-        job.recovery_prologs_open = 0
-        job.start_held = bool(active_prologs(job))
-        for _ in range(count):
-            try:
-                self.port.prolog_finish(job.id, RECOVERY_DESCRIPTION, 0)
-            except OSError as exc:
-                self.port.log(
-                    syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-finish: {exc}"
-                )

@@ -6,8 +6,27 @@ from .holds import ACTIVE
 
 
 class Reload:
-    """Part of :class:`~flux_epilog_gate.gate.Gate`: going from one plugin
-    instance to the next."""
+    """Going from one plugin instance to the next.
+
+    Owns nothing of its own.  Calls the jobs, the hold log, the timeouts,
+    the lifecycle (timers start again; a job that went inactive
+    meanwhile), the hold points (each carries its holds on; the
+    dependency point sends the records it holds back) and the port's
+    ``track``.  Called by the plugin (``suspend``, at unload) and by the
+    loader (``retrack``, ``resume``), through the gate.
+    """
+
+    def __init__(
+        self, port, jobs, holdlog, timeouts, lifecycle, epilog, prolog, depend
+    ):
+        self.port = port
+        self.jobs = jobs
+        self.holdlog = holdlog
+        self.timeouts = timeouts
+        self.lifecycle = lifecycle
+        self.epilog = epilog
+        self.prolog = prolog
+        self.depend = depend
 
     def suspend(self):
         """The plugin is going away: send what is queued (its requests
@@ -16,7 +35,7 @@ class Reload:
         self.holdlog.suspend()
         for job in self.jobs.values():
             for hold in job.holds.values():
-                self._stop_timer(hold)
+                self.timeouts.stop(hold)
 
     def retrack(self, jobid, state):
         """job.new for a job the gate already knows, after a reload.
@@ -25,29 +44,33 @@ class Reload:
         previous plugin instance was still recovering it."""
         job = self.jobs.get(jobid)
         if job is None:
-            if jobid in self.replayed_progress:
+            if jobid in self.jobs.replayed_progress:
                 self.port.track(jobid, events=False)
             return False
         self.port.track(jobid)
         if job.recovering:
-            # This plugin instance must be told of the job's entry to RUN
-            # too, to keep its start back until the eventlog is read.
-            self.prolog.recovering(job)
+            # This plugin instance's points keep the job too (the prolog
+            # point must be told of its entry to RUN) until the eventlog
+            # is read.
+            for point in (self.epilog, self.prolog, self.depend):
+                point.recovering(job)
             return True
         self.prolog.recovered(job, state)
         self.depend.recovered(job, state)
-        if not job.at_point and self._past_point(job, state):
-            self._reach_point(job)
+        if not job.at_point:
+            # (A job at its epilog point has no pending epilog hold.)
+            self.epilog.recovered(job, state)
         return False
 
     def resume(self, seen):
         """After a reload: jobs not ``seen`` went inactive meanwhile; the
         others' timeouts carry on from when their holds became active."""
         for jobid in [jobid for jobid in self.jobs if jobid not in seen]:
-            self.on_inactive(jobid)
-        for jobid in [jobid for jobid in self.replayed_progress if jobid not in seen]:
-            del self.replayed_progress[jobid]
+            self.lifecycle.on_inactive(jobid)
+        progress = self.jobs.replayed_progress
+        for jobid in [jobid for jobid in progress if jobid not in seen]:
+            del progress[jobid]
         for job in self.jobs.values():
             for hold in job.holds.values():
                 if hold.state == ACTIVE:
-                    self._arm_timer(hold)
+                    self.lifecycle.arm(hold)

@@ -8,12 +8,37 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import NotConfirmed
-from .holds import ACTIVE, DEPEND, EPILOG, PROLOG, Hold, Reason
+from .holds import ACTIVE, DEPEND, EPILOG, Hold, Reason
 from .states import INACTIVE
 
 
 class Requests:
-    """Part of :class:`~flux_epilog_gate.gate.Gate`: what clients ask."""
+    """What clients (and configured rules) ask of the gate.
+
+    Owns how many requests were refused for ``max-pending``
+    (``refused_busy``).  Calls the jobs, the hold points (``points``, by
+    name: each checks, places and records its new holds), the lifecycle
+    (a release ends a hold; a hold whose record failed is withdrawn), the
+    annotations, the counters, the hold log and the port's ``now``,
+    ``job_info`` and ``log``; asks the shutdown, while there is one,
+    whether a hold may still be made.  Called by the gate's ``hold``,
+    ``release``, ``list`` and ``apply_rules``.
+    """
+
+    def __init__(
+        self, port, config, jobs, holdlog, lifecycle, points, annotations, stats
+    ):
+        self.port = port
+        self.config = config
+        self.jobs = jobs
+        self.holdlog = holdlog
+        self.lifecycle = lifecycle
+        self.points = points
+        self.annotations = annotations
+        self.stats = stats
+        self.refused_busy = 0
+        #: The instance's shutdown while there is one.
+        self.shutdown = None
 
     def hold(
         self,
@@ -44,7 +69,8 @@ class Requests:
             if done is not None:
                 # Answered as the first request is: its record may fail
                 # (and withdraw the hold) before a later commit succeeds.
-                self.depend.barrier(
+                # The dependency point's barrier: it may hold records back.
+                self.points[DEPEND].barrier(
                     lambda error: done(existing, error or existing.record_error)
                 )
             return existing, False
@@ -53,21 +79,19 @@ class Requests:
             timeout = self.config.timeout
         hold = Hold(jobid, description, userid, self.port.now(), timeout, point)
         tracked = job is not None
-        job = job or self._track(jobid, userid)
+        job = job or self.jobs.track(jobid, userid)
         try:
-            self._place(job, hold, state)
+            self.points[point].place(job, hold, state)
         except GateError:
             if not tracked:
-                self._untrack(job)
+                self.jobs.untrack(job)
             raise
         job.holds[description] = hold
         if hold.state == ACTIVE:
-            self._annotate(job)
-        self.gone.discard(jobid, description)
+            self.annotations.update(job)
+        self.jobs.gone.discard(jobid, description)
         self.stats["held"] += 1
-        # A dependency hold is recorded once its dependency-add is sent.
-        record = self.depend.record if point == DEPEND else self.holdlog.hold
-        record(
+        self.points[point].record(
             hold, None if done is None else lambda error: self._held(hold, error, done)
         )
         return hold, True
@@ -80,7 +104,7 @@ class Requests:
             return
         bound = self.config.max_pending
         if self.holdlog.waiting() >= bound:
-            self.refused["busy"] += 1
+            self.refused_busy += 1
             raise GateError(
                 errno.EAGAIN,
                 f"{method}: {bound} requests are already waiting for the hold "
@@ -95,10 +119,7 @@ class Requests:
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
-        if point == PROLOG:
-            self.prolog.check(job, jobid, state)
-        elif point == DEPEND:
-            self.depend.check(jobid, state)
+        self.points[point].check(job, jobid, state)
         if job and len(job.holds) >= self.config.max_holds:
             raise GateError(
                 errno.ENOSPC,
@@ -107,34 +128,11 @@ class Requests:
             )
         return state, userid
 
-    def _place(self, job, hold, state):
-        """Make a new hold pending or, past its point, active at once."""
-        if hold.point == PROLOG:
-            self.prolog.place(job, hold, state)
-        elif hold.point == DEPEND:
-            self.depend.place(job, hold)
-        elif not job.recovering and (job.at_point or self._past_point(job, state)):
-            self._activate(hold)
-            job.at_point = True
-
     def _held(self, hold, error, done):
         if error is not None and not isinstance(error, NotConfirmed):
             hold.record_error = error
-            self._withdraw(hold)
+            self.lifecycle.withdraw(hold)
         done(hold, error)
-
-    def _withdraw(self, hold):
-        """Undo a hold whose record could not be committed (if it is still
-        there): its request is answered with an error."""
-        job = self.jobs.get(hold.id)
-        if job is None or job.holds.get(hold.description) is not hold:
-            return
-        self.port.log(
-            syslog.LOG_ERR,
-            f"{f58(hold.id)}: hold {hold.description} withdrawn: "
-            "its record could not be committed",
-        )
-        self._finish(job, hold, 0, Reason.WITHDRAWN)
 
     def apply_rules(self, jobid, attributes):
         """Register the holds that configured rules give a new job."""
@@ -170,7 +168,9 @@ class Requests:
             if recorded is not None:
                 self.holdlog.barrier(recorded)
         else:
-            self._finish(job, hold, status, Reason.RELEASED, recorded, raised=raised)
+            self.lifecycle.finish(
+                job, hold, status, Reason.RELEASED, recorded, raised=raised
+            )
         return result
 
     def list(self, jobid=None, userid=None):
@@ -201,7 +201,7 @@ class Requests:
             raise GateError.from_oserror(exc, f"looking up job {f58(jobid)}") from None
 
     def _why_gone(self, jobid, description, job):
-        reason = self.gone.get(jobid, description)
+        reason = self.jobs.gone.get(jobid, description)
         if reason:
             return reason
         state, _ = self._job_info(jobid)

@@ -67,7 +67,7 @@ import syslog
 
 from ..errors import GateError
 from ..jobid import f58
-from .holds import ACTIVE, DEPEND, EPILOG, SHUTDOWN_REASON, SHUTDOWN_STATUS
+from .holds import ACTIVE, EPILOG, SHUTDOWN_REASON, SHUTDOWN_STATUS
 from .states import CLEANUP, RUN
 
 #: States of the broker's state machine (flux-core
@@ -360,16 +360,17 @@ class Shutdown:
         self._sweep()
 
     def _sweep(self):
-        """Finish every active hold but those of jobs in DEPEND: such a job
-        does not hold the shutdown, and keeps its dependencies across a
-        restart."""
+        """Finish every active hold whose point ends at shutdown (not the
+        dependency point's: a job in DEPEND does not hold the shutdown,
+        and keeps its dependencies across a restart)."""
         self._sweeper = None
         timeout = self.gate.config.shutdown_timeout
+        points = self.gate.points
         for hold in [
             hold
             for job in self.gate.jobs.values()
             for hold in job.holds.values()
-            if hold.state == ACTIVE and hold.point != DEPEND
+            if hold.state == ACTIVE and points[hold.point].ends_at_shutdown
         ]:
             self.port.log(
                 syslog.LOG_ERR,

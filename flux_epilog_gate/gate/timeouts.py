@@ -1,29 +1,33 @@
-"""Hold timeouts: an active hold with a timeout is finished with
-:data:`~flux_epilog_gate.gate.holds.TIMEOUT_STATUS` once it has been active
-that long (counted from its activation, across reloads and restarts)."""
-
-from .holds import TIMEOUT_STATUS, Reason
+"""Hold timeouts: the timer of each active hold that has a timeout,
+counted from its activation (across reloads and restarts: ``t_start``
+comes back from the eventlog).  What an expired timer does is its
+caller's (:meth:`~flux_epilog_gate.gate.lifecycle.Lifecycle.expire`
+finishes the hold with
+:data:`~flux_epilog_gate.gate.holds.TIMEOUT_STATUS`)."""
 
 
 class Timeouts:
-    """Part of :class:`~flux_epilog_gate.gate.Gate`: the timers of its
-    active holds."""
+    """The timers of active holds.
 
-    def expire(self, hold):
-        """A hold's timeout expired."""
-        job = self.jobs.get(hold.id)
-        if job is None or job.holds.get(hold.description) is not hold:
-            return
-        hold.timer = None
-        self._finish(job, hold, TIMEOUT_STATUS, Reason.TIMED_OUT)
+    Owns each hold's ``timer``.  Calls the port's ``timer`` and ``now``.
+    Called by the lifecycle (a hold becomes active, or ends) and reload
+    (timers stop with the plugin instance and start again in the next).
+    """
 
-    def _arm_timer(self, hold):
+    def __init__(self, port):
+        self.port = port
+
+    def arm(self, hold, expire):
+        """Call ``expire(hold)`` once ``hold`` has been active for its
+        timeout (nothing if it has none, or is armed already)."""
         if hold.timeout is None or hold.timer is not None:
             return
         delay = max(0.0, hold.t_start + hold.timeout - self.port.now())
-        hold.timer = self.port.timer(delay, lambda: self.expire(hold))
+        hold.timer = self.port.timer(delay, lambda: expire(hold))
 
-    def _stop_timer(self, hold):
+    @staticmethod
+    def stop(hold):
+        """Stop ``hold``'s timer, if it has one."""
         if hold.timer is not None:
             hold.timer.stop()
             hold.timer = None

@@ -30,7 +30,7 @@ from .holds import ACTIVE
 
 #: Activations a stream may have sent and not acknowledged: what waits in
 #: the broker for a client that does not read.  The client acknowledges
-#: far more often (see client.py).
+#: far more often (see flux_epilog_gate/client).
 WINDOW = 256
 
 
@@ -91,9 +91,24 @@ class Watcher:
         return min(WINDOW, backlog)
 
 
-class Watching:
-    """Part of :class:`~flux_epilog_gate.gate.Gate`: its watchers, told
-    of each hold that becomes active (or is aborted)."""
+class Watchers:
+    """The gate's watch streams, told of each hold that becomes active
+    (or is aborted).
+
+    Owns the streams (``streams``, a list of :class:`Watcher`) and how
+    many were ended for falling behind (``ended_behind``).  Calls the
+    port's ``send_activation``, ``end_watch`` and ``log``, and reads the
+    jobs (has the job started?).  Called by the gate's ``watch``,
+    ``unwatch`` and ``watch-ack`` entry points, and by whatever makes a
+    hold active or aborted (the lifecycle, the points, recovery).
+    """
+
+    def __init__(self, port, config, jobs):
+        self.port = port
+        self.config = config
+        self.jobs = jobs
+        self.streams = []
+        self.ended_behind = 0
 
     def watch(self, sink, descriptions=None, userid=None, points=None):
         """Add a watcher; it is first sent every hold already active."""
@@ -104,21 +119,21 @@ class Watching:
                     watcher.queue.append(hold)
         watcher.initial = len(watcher.queue)
         watcher.unsent = {id(hold) for hold in watcher.queue}
-        self.watchers.append(watcher)
+        self.streams.append(watcher)
         self._drain(watcher)
 
     def unwatch(self, match):
         """Drop watchers whose sink satisfies ``match(sink)``; return count."""
-        before = len(self.watchers)
-        self.watchers = [w for w in self.watchers if not match(w.sink)]
-        return before - len(self.watchers)
+        before = len(self.streams)
+        self.streams = [w for w in self.streams if not match(w.sink)]
+        return before - len(self.streams)
 
     def acknowledge(self, match, count):
         """The client of the stream whose sink satisfies ``match(sink)``
         has read ``count`` activations of it: send what waited for room.
         Raise GateError if there is no such stream, or if ``count`` is
         more than was sent."""
-        watcher = next((w for w in self.watchers if match(w.sink)), None)
+        watcher = next((w for w in self.streams if match(w.sink)), None)
         if watcher is None:
             raise GateError(errno.ENOENT, "watch-ack: no such watch stream")
         if count > watcher.sent:
@@ -136,18 +151,20 @@ class Watching:
             "id": hold.id,
             "description": hold.description,
             "userid": hold.userid,
-            "ran": bool(job) and self._posted(job, "start"),
+            "ran": bool(job) and self.jobs.posted(job, "start"),
             "point": hold.point,
         }
         if hold.aborted:
             activation["aborted"] = True
         return activation
 
-    def _notify(self, hold):
-        if not self.watchers:
+    def notify(self, hold):
+        """``hold`` became active, or was aborted: tell the streams that
+        want it."""
+        if not self.streams:
             return
         payload = self._activation(hold)
-        for watcher in list(self.watchers):
+        for watcher in list(self.streams):
             if watcher.wants(hold) and id(hold) not in watcher.unsent:
                 self._offer(watcher, payload)
 
@@ -198,11 +215,11 @@ class Watching:
             syslog.LOG_WARNING,
             f"ended a watch stream that fell behind (watch-backlog={bound})",
         )
-        self.refused["behind"] += 1
+        self.ended_behind += 1
         self._drop(watcher)
 
     def _drop(self, watcher):
         watcher.queue.clear()
         watcher.unsent.clear()
-        if watcher in self.watchers:
-            self.watchers.remove(watcher)
+        if watcher in self.streams:
+            self.streams.remove(watcher)

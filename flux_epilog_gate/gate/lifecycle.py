@@ -1,0 +1,178 @@
+"""A hold's life after its point: it becomes active, then ends.
+
+A hold ends by a release, a timeout, a withdrawal (its record could not
+be committed), the shutdown, or its job going inactive.  An active one
+that ends has its point post what ends it (``epilog-finish``,
+``prolog-finish``, ``dependency-remove``, after a job exception if it
+failed); a pending one is only cancelled.  Whatever ends it, this is
+where the hold leaves its job, its timer stops, the gate remembers why
+it is gone, the counters count it and the hold log records it.
+"""
+
+import syslog
+
+from ..jobid import f58
+from .holds import ACTIVE, GONE, PENDING, TIMEOUT_STATUS, Reason
+
+
+class Lifecycle:
+    """Makes holds active and ends them.
+
+    Owns the transitions of a hold's ``state``.  Calls the jobs
+    (:class:`~flux_epilog_gate.gate.jobs.JobTable`), the timeouts, the
+    watchers, the annotations, the counters, the hold log, the losses
+    and, to post what ends an active hold, its point (``points``, by
+    name: the points call this object back to make their holds
+    active, so the gate hands it their mapping once they are made).
+    Tells the in-process listeners of each activation.  Called by the
+    points, the requests (release, withdrawal), the timeouts (expiry),
+    recovery, reload and the shutdown (through the gate's
+    :meth:`~flux_epilog_gate.gate.Gate.end`).
+    """
+
+    def __init__(
+        self,
+        port,
+        jobs,
+        holdlog,
+        timeouts,
+        watchers,
+        annotations,
+        stats,
+        losses,
+        listeners,
+    ):
+        self.port = port
+        self.jobs = jobs
+        self.holdlog = holdlog
+        self.timeouts = timeouts
+        self.watchers = watchers
+        self.annotations = annotations
+        self.stats = stats
+        self.losses = losses
+        self.listeners = listeners
+        #: The hold points by name (:class:`~flux_epilog_gate.gate.points.HoldPoint`).
+        self.points = {}
+        #: The instance's shutdown (:mod:`flux_epilog_gate.gate.shutdown`)
+        #: while there is one: told of each activation.
+        self.shutdown = None
+
+    # Becoming active
+
+    def activated(self, hold):
+        """``hold`` is active now: its point posted its start event."""
+        hold.state = ACTIVE
+        hold.t_start = self.port.now()
+        self.stats["activated"] += 1
+        self.arm(hold)
+        self.watchers.notify(hold)
+        if self.shutdown is not None:
+            self.shutdown.activated(hold)
+        self.listeners.tell("activated", hold)
+
+    def arm(self, hold):
+        """Start active ``hold``'s timeout, counted from its activation."""
+        self.timeouts.arm(hold, self.expire)
+
+    def expire(self, hold):
+        """A hold's timeout expired."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        hold.timer = None
+        self.finish(job, hold, TIMEOUT_STATUS, Reason.TIMED_OUT)
+
+    # Ending
+
+    def finish(self, job, hold, status, reason, done=None, note=None, raised=False):
+        """End ``hold`` of ``job`` for ``reason``; ``done(error)`` once its
+        record is durable; ``note`` replaces the job exception's usual
+        note; with ``raised``, a failure's exception is the releaser's."""
+        # Forget the hold before posting: its end may let the job go
+        # inactive synchronously, calling back into on_inactive().
+        del job.holds[hold.description]
+        was, hold.state = hold.state, GONE
+        self.timeouts.stop(hold)
+        self.jobs.gone.add(job.id, hold.description, reason)
+        if not job.holds and not job.recovering:
+            self.jobs.untrack(job)
+        if was == PENDING:
+            self.stats["cancelled"] += 1
+            self.holdlog.cancel(hold, done)
+            return
+        self.stats.finished(reason, status)
+        # Before the finish, which may end the job.
+        self.annotations.update(job)
+        self.points[hold.point].finish(job, hold, status, reason, note, raised)
+        # A timeout needs no record: after a crash it expires again.
+        if reason != Reason.TIMED_OUT:
+            self.holdlog.release(hold, status, done)
+
+    def end(self, hold, status, reason, note):
+        """Finish an active hold on the gate's own account (at shutdown),
+        with a job exception whose ``note`` names it."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        self.finish(job, hold, status, reason, note=note)
+
+    def withdraw(self, hold):
+        """Undo a hold whose record could not be committed (if it is still
+        there): its request is answered with an error."""
+        job = self.jobs.get(hold.id)
+        if job is None or job.holds.get(hold.description) is not hold:
+            return
+        self.port.log(
+            syslog.LOG_ERR,
+            f"{f58(hold.id)}: hold {hold.description} withdrawn: "
+            "its record could not be committed",
+        )
+        self.finish(job, hold, 0, Reason.WITHDRAWN)
+
+    def drop(self, job, hold, reason, record=True):
+        """Take ``hold`` off ``job`` with nothing posted: its job will
+        never reach its point (or has left it).  Recorded as cancelled
+        unless ``record`` is false."""
+        del job.holds[hold.description]
+        was, hold.state = hold.state, GONE
+        self.timeouts.stop(hold)
+        self.jobs.gone.add(job.id, hold.description, reason)
+        self.stats["cancelled"] += 1
+        if record:
+            self.holdlog.cancel(hold)
+        if was == ACTIVE:
+            self.annotations.update(job)
+        if not job.holds and not job.recovering:
+            self.jobs.untrack(job)
+
+    def finish_released(self, job, hold, status):
+        """Post the end (and exception) of an acknowledged release that a
+        crash kept out of the job's eventlog (``hold`` is off the job)."""
+        self.port.log(
+            syslog.LOG_INFO,
+            f"{f58(job.id)}: finishing hold {hold.description}, released "
+            "before the restart",
+        )
+        hold.state = GONE
+        self.stats.finished(Reason.RELEASED, status)
+        self.points[hold.point].finish(job, hold, status, Reason.RELEASED)
+        # Recorded again, so that snapshots keep it while this end is not
+        # yet checkpointed.
+        self.holdlog.release(hold, status)
+
+    def on_inactive(self, jobid):
+        """The job is inactive: whatever it still holds is gone."""
+        job = self.jobs.get(jobid)
+        if job is not None and job.recovering:
+            # Its holds are not known yet: end_recovery() finds the job
+            # inactive and reports what it lost.
+            return
+        self.jobs.forget(jobid)
+        if job is None:
+            return
+        lost = self.losses.inactive(job)
+        for hold in job.holds.values():
+            hold.state = GONE
+            self.timeouts.stop(hold)
+            if hold not in lost:
+                self.jobs.gone.add(jobid, hold.description, Reason.JOB_INACTIVE)
