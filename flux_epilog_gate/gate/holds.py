@@ -12,7 +12,20 @@ moment it is registered (see :mod:`flux_epilog_gate.gate.depend`).
 """
 
 import re
-from enum import StrEnum
+
+try:
+    from enum import StrEnum
+except ImportError:  # Python < 3.11
+    from enum import Enum
+
+    class StrEnum(str, Enum):
+        """Members are their values, as strings (enum.StrEnum)."""
+
+        def __str__(self):
+            return self.value
+
+        def __format__(self, spec):
+            return format(self.value, spec)
 
 
 class Point(StrEnum):
