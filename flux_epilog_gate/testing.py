@@ -37,7 +37,8 @@ class Instance:
     broker, never verified against the machine.  ``config``: extra TOML
     for the instance config.  ``plugin``: path of a jobtap plugin to load
     from the config (so it is also loaded on restart), with ``plugin_conf``
-    its options.  ``job_cleanup``: let shutdown run flux-core's job
+    its options; ``plugins``: more ``(path, options)`` loaded after it,
+    in that order.  ``job_cleanup``: let shutdown run flux-core's job
     cleanup step (cancel running jobs, wait until no job is in RUN or
     CLEANUP); by default it is disabled.
     """
@@ -49,6 +50,7 @@ class Instance:
         config="",
         plugin=None,
         plugin_conf=None,
+        plugins=(),
         statedir=None,
         env=None,
         job_cleanup=False,
@@ -58,6 +60,7 @@ class Instance:
         self.config = config
         self.plugin = plugin
         self.plugin_conf = plugin_conf or {}
+        self.plugins = list(plugins)
         self.tmpdir = tempfile.mkdtemp(prefix="epilog-gate-")
         self.statedir = statedir or os.path.join(self.tmpdir, "state")
         self.confdir = os.path.join(self.tmpdir, "conf")
@@ -93,7 +96,7 @@ class Instance:
         text = self.config
         if self.cores:
             text += self._resource_config()
-        if self.plugin:
+        if self.plugin or self.plugins:
             text += self._plugin_config()
         with open(os.path.join(self.confdir, "instance.toml"), "w") as f:
             f.write(text)
@@ -119,11 +122,12 @@ class Instance:
         return f'\n[resource]\nnoverify = true\npath = "{path}"\n'
 
     def _plugin_config(self):
-        conf = ", ".join(f"{k!s} = {_toml(v)}" for k, v in self.plugin_conf.items())
-        return (
-            "\n[job-manager]\n"
-            f'plugins = [ {{ load = "{self.plugin}", conf = {{ {conf} }} }} ]\n'
-        )
+        loads = [(self.plugin, self.plugin_conf)] if self.plugin else []
+        entries = []
+        for path, options in loads + self.plugins:
+            conf = ", ".join(f"{k!s} = {_toml(v)}" for k, v in options.items())
+            entries.append(f'{{ load = "{path}", conf = {{ {conf} }} }}')
+        return f"\n[job-manager]\nplugins = [ {', '.join(entries)} ]\n"
 
     def start(self):
         """Start the instance and wait until it answers."""

@@ -91,6 +91,10 @@ class Probe(Plugin):
             raise RequestError(exc.errno, f"release: {exc.strerror}") from None
         request.respond(None)
 
+    @request("jobmanager-id")
+    def jobmanager_id(self, request):
+        request.respond({"id": self.jobtap.jobmanager_id()})
+
     @request("lookup")
     def lookup(self, request):
         try:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import flux
 import flux.job
 import pytest
 from jobs import eventlog, names, submit, wait_event, wait_inactive
@@ -196,3 +197,18 @@ def test_exception_in_a_continuation_is_logged_not_fatal(inst, h):
     assert "answer to job-manager.probe.echo" in log
     # The job-manager lives on.
     assert rpc(h, "echo", {"ok": 1}) == {"echo": {"ok": 1}}
+
+
+def test_jobmanager_id_is_kept_by_a_job_manager_and_new_with_the_next(probe_so):
+    # Plugins that share state per job-manager key it so: a plugin
+    # removed and loaded sees the same id, a module reload a new one.
+    with Instance(cores=2, plugin=probe_so) as inst:
+        h = inst.handle()
+        first = rpc(h, "jobmanager-id")["id"]
+        assert first > 0 and rpc(h, "jobmanager-id")["id"] == first
+        inst.flux("jobtap", "remove", os.path.basename(probe_so))
+        inst.flux("jobtap", "load", probe_so)
+        assert rpc(h, "jobmanager-id")["id"] == first
+        inst.flux("module", "reload", "job-manager")
+        h = flux.Flux(inst.uri)
+        assert rpc(h, "jobmanager-id")["id"] not in (0, first)

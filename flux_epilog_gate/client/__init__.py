@@ -36,6 +36,10 @@ from .rpc import GateRPC, NoAnswerError
 
 SERVICE = "job-manager.epilog-gate"
 
+#: Plugins of the gate that serve its ``list`` under their own name: with
+#: dws.so loaded alone (epilog-gate answers ENOSYS) ``list`` asks them.
+LIST_FALLBACKS = ("job-manager.dws",)
+
 #: :meth:`EpilogGate.watch` acknowledges what it has read at least this
 #: often, and before it waits for more.
 ACK_EVERY = 32
@@ -77,8 +81,8 @@ class EpilogGate:
     def __init__(self, handle=None):
         self.handle = handle if handle is not None else flux.Flux()
 
-    def _rpc(self, method, payload, flags=0):
-        return GateRPC(self.handle, method, payload, flags=flags)
+    def _rpc(self, method, payload, flags=0, service=None):
+        return GateRPC(self.handle, method, payload, flags=flags, service=service)
 
     def hold_async(self, jobid, description, timeout=None, point=None):
         """Start a hold request (see :meth:`hold`); returns the future."""
@@ -165,14 +169,32 @@ class EpilogGate:
             for future, result in zip(futures, results)
         ]
 
-    def list_async(self, jobid=None):
-        """Start a list; the future's answer is ``{holds: [...]}``."""
+    def list_async(self, jobid=None, service=None):
+        """Start a list (of ``service``, by default epilog-gate's); the
+        future's answer is ``{holds: [...]}``."""
         payload = {} if jobid is None else {"id": _jobid(jobid)}
-        return self._rpc("list", payload)
+        return self._rpc("list", payload, service=service)
 
     def list(self, jobid=None):
-        """Return all holds visible to the caller, or those of ``jobid``."""
-        return self.list_async(jobid).get()["holds"]
+        """Return all holds visible to the caller, or those of ``jobid``.
+        Without epilog-gate.so loaded, another plugin of the gate that
+        serves ``list`` answers (see :data:`LIST_FALLBACKS`)."""
+        try:
+            return self.list_async(jobid).get()["holds"]
+        except NoAnswerError:
+            raise
+        except OSError as exc:
+            if exc.errno != errno.ENOSYS:
+                raise
+            for service in LIST_FALLBACKS:
+                try:
+                    return self.list_async(jobid, service).get()["holds"]
+                except NoAnswerError:
+                    raise
+                except OSError as other:
+                    if other.errno != errno.ENOSYS:
+                        raise
+            raise
 
     def watch_async(self, descriptions=None, points=None):
         """Start a watch; returns the streaming future (see :meth:`watch`)."""

@@ -48,16 +48,16 @@ def no_answer(future):
 
 
 class GateRPC(RPC):
-    """An RPC to ``job-manager.epilog-gate.<method>`` whose ``get()`` raises
+    """An RPC to ``job-manager.epilog-gate.<method>`` (or another
+    ``service`` of the gate's) whose ``get()`` raises
     :class:`NoAnswerError` when no answer came, and OSError with the gate's
     errno and message when the gate refused."""
 
-    def __init__(self, handle, method, payload, flags=0):
+    def __init__(self, handle, method, payload, flags=0, service=None):
         self.method = method
+        service = service or "job-manager.epilog-gate"
         try:
-            super().__init__(
-                handle, f"job-manager.epilog-gate.{method}", payload, flags=flags
-            )
+            super().__init__(handle, f"{service}.{method}", payload, flags=flags)
         except OSError as exc:
             # Not sent (the connection is gone: EPIPE, ECONNRESET).
             raise NoAnswerError(method, exc) from exc

@@ -1,58 +1,75 @@
-"""dws: the rabbit (burst-buffer) workflow of flux-coral2, in Python.
+"""dws: the rabbit (burst-buffer) workflow of flux-coral2, on the gate.
 
 A drop-in for flux-coral2's ``dws-jobtap.so``, driven by its DWS service
 (``coral2_dws.py``) with the same requests both ways.  A job that asks
-for rabbit storage (jobspec ``attributes.system.dw``) is held three
-times:
+for rabbit storage (jobspec ``attributes.system.dw``) gets three holds of
+the gate (:mod:`flux_epilog_gate.gate`) in its ``job.state.depend``
+callback:
 
-- in DEPEND by dependency ``dws-create``, while ``dws.create`` places its
-  storage; the service's ``resource-update`` then rewrites the job's
-  resources and constraints and removes the dependency;
-- in its prolog ``dws-setup``, while ``dws.setup`` mounts the storage;
-  the service's ``prolog-remove`` ends it;
-- in its epilog ``dws-epilog``, from its ``finish`` event (or its entry
-  to CLEANUP if it never started), while ``dws.post_run`` moves data out
-  and tears the storage down; the service's ``epilog-remove`` ends it.
+- ``dws-create``, a dependency hold, while ``dws.create`` places its
+  storage; the service's ``resource-update`` rewrites the job's resources
+  and constraints and releases it;
+- ``dws-setup``, a prolog hold: once the job enters RUN, ``dws.setup``
+  mounts the storage; the service's ``prolog-remove`` releases it;
+- ``dws-epilog``, an epilog hold: at the job's epilog point (its
+  ``finish``, or its entry to CLEANUP if it never started)
+  ``dws.post_run`` moves data out and tears the storage down; the
+  service's ``epilog-remove`` releases it.
 
-A fatal exception ends an active prolog with status 1, or, during the
+The holds are the gate's: its hold log keeps them across reloads,
+restarts and crashes, ``flux-epilog-gate list`` shows them, and the
+gate posts their events.  This plugin sends the service's requests when
+the gate says a hold became active, and answers the service.  A fatal
+exception ends an active ``dws-setup`` with status 1, or, during the
 epilog, asks the service to tear down (``dws.teardown``), or to abort
-(``dws.abort``) if the exception is the epilog timeout's
-(``epilog-timeout`` seconds, a load option).  Other jobs never enter
-Python: the runtime filters them in C.
+(``dws.abort``) if it is the epilog timeout's (``epilog-timeout``
+seconds, a load option).
+
+dws.so is a plugin of the gate (:class:`~flux_epilog_gate.plugin.GateDriver`):
+alone, it loads the gate and drives it; beside epilog-gate.so both share
+the one gate of their job-manager (see :mod:`flux_epilog_gate.plugin.host`).
+Other jobs never enter Python in this plugin: its ``job.state.depend`` is
+filtered in C.
 """
 
 import errno
 import json
 import math
 import syslog
-import time
 
 import flux.constants
 from flux.job import JobID
 
-from ..jobtap.plugin import Plugin, Refused, RequestError, job_topic, plugin_topic
+from ..errors import GateError
+from ..gate import protocol
+from ..gate.config import Config
+from ..gate.holds import ACTIVE
+from ..gate.holds import DEPEND as DEPEND_POINT
+from ..gate.holds import EPILOG as EPILOG_POINT
+from ..gate.holds import PROLOG as PROLOG_POINT
+from ..jobtap.plugin import Refused, RequestError, job_topic, plugin_topic
 from ..jobtap.plugin import request as rpc_method
+from ..plugin import GateDriver, after_recovery
 from .constraints import ConstraintError, combine
+from .eventlog import created_before, held_actions
+from .names import (
+    CREATE,
+    DW,
+    EPILOG,
+    EPILOG_TIMEOUT,
+    FAILED,
+    NO_SERVICE,
+    OUT_OF_SYNC,
+    SETUP,
+)
 
-DW = "attributes.system.dw"
-CREATE = "dws-create"
-SETUP = "dws-setup"
-EPILOG = "dws-epilog"
-EPILOG_TIMEOUT = "dws-epilog-timeout"
-#: The note of every exception the service's answers cause starts so.
-FAILED = "DWS workflow interactions failed: "
-OUT_OF_SYNC = (
-    ", coral2_dws module and dws_jobtap plugin versions may be out of sync,"
-    " Flux may need to be restarted"
-)
-NO_SERVICE = (
-    "dws.create RPC could not be sent. "
-    "Admins: is the flux-coral2-dws service loaded?"
-)
+__all__ = ["Dws", "created_before", "held_actions"]
 
 DEPEND = flux.constants.FLUX_JOB_STATE_DEPEND
-RUN = flux.constants.FLUX_JOB_STATE_RUN
 CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
+
+#: Where each of a rabbit job's holds keeps it.
+POINTS = {CREATE: DEPEND_POINT, SETUP: PROLOG_POINT, EPILOG: EPILOG_POINT}
 
 
 def f58(jobid):
@@ -71,49 +88,6 @@ def answer_of(future):
     return answer["success"], errstr
 
 
-def created_before(eventlog, when):
-    """True if ``eventlog`` (a job's, as text) has a ``dependency-add`` of
-    dws-create posted before time ``when``."""
-    return any(
-        entry.get("name") == "dependency-add"
-        and entry.get("context", {}).get("description") == CREATE
-        and isinstance(entry.get("timestamp"), (int, float))
-        and entry["timestamp"] < when
-        for entry in entries(eventlog)
-    )
-
-
-def entries(eventlog):
-    """The entries (dicts) of a job's eventlog given as text."""
-    if isinstance(eventlog, bytes):
-        eventlog = eventlog.decode(errors="replace")
-    for line in eventlog.splitlines():
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(entry, dict) and isinstance(entry.get("context", {}), dict):
-            yield entry
-
-
-def held_actions(eventlog):
-    """``{description: start time}`` of the dws-setup prolog and
-    dws-epilog epilog that ``eventlog`` shows started and not finished."""
-    kinds = {"prolog-start": SETUP, "epilog-start": EPILOG}
-    ends = {"prolog-finish": SETUP, "epilog-finish": EPILOG}
-    held = {}
-    for entry in entries(eventlog):
-        name = entry.get("name")
-        description = entry.get("context", {}).get("description")
-        if description is None:
-            continue
-        if kinds.get(name) == description:
-            held[description] = entry.get("timestamp", time.time())
-        elif ends.get(name) == description:
-            held.pop(description, None)
-    return held
-
-
 def parse_timeout(options):
     """The epilog timeout of the load options (seconds, <= 0: none)."""
     value = options.get("epilog-timeout", 0.0)
@@ -124,31 +98,20 @@ def parse_timeout(options):
     return float(value)
 
 
-class Epilog:
-    """A job's ``dws-epilog``: running until finished once."""
+class Dws(GateDriver):
+    """The ``dws`` plugin: holds rabbit jobs with the gate for the DWS
+    service."""
 
-    __slots__ = ("finished", "timer")
-
-    def __init__(self):
-        self.finished = False
-        self.timer = None
-
-
-class Dws(Plugin):
-    """The ``dws`` plugin: holds rabbit jobs for the DWS service."""
+    #: epilog-gate.so drives the gate whenever it is loaded (its rules and
+    #: services need its own port); dws.so drives it only alone.
+    drive_rank = 0
 
     def __init__(self, jobtap):
         super().__init__(jobtap)
         self.epilog_timeout = 0.0
         self.configured = False
-        #: job id -> is its dws-setup prolog still to be finished
-        self.prolog = {}
-        #: job id -> its Epilog
-        self.epilog = {}
-        #: ids of jobs already in DEPEND when this instance first saw them
-        #: (a load with jobs in flight): their dws-create may be an earlier
-        #: instance's
-        self.inherited = set()
+        #: job id -> the timer of its dws-epilog's epilog-timeout
+        self.timers = {}
 
     # Configuration
 
@@ -158,26 +121,39 @@ class Dws(Plugin):
         nothing: the options are the load's)."""
         if self.configured:
             return
+        timeout = parse_timeout(self.jobtap.load_options())
         if not self.jobtap.load_options_given():
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
-        self.epilog_timeout = parse_timeout(self.jobtap.load_options())
-        self.log(syslog.LOG_INFO, f"epilog timeout = {self.epilog_timeout:.3f}s")
-        for topic in (
-            "job.new",
-            "job.state.depend",
-            "job.state.run",
-            "job.state.cleanup",
-        ):
-            self.jobtap.forward(topic)
+        self.log(syslog.LOG_INFO, f"epilog timeout = {timeout:.3f}s")
+        self.epilog_timeout = timeout
+        # The gate dws.so loads (alone) has the defaults: epilog-gate's
+        # configuration is epilog-gate.so's.
+        self.commit(Config())
+        self.gate.listeners.append(self)
         self.configured = True
+        self.when_ready(self.adopt)
+
+    def forward(self, new=False, depend=False):
+        """The gate's job.new while it loads; every rabbit job's
+        job.state.depend, always (rules are epilog-gate.so's)."""
+        self.jobtap.forward("job.new", new)
+        self.jobtap.forward("job.state.depend", True)
 
     @plugin_topic("plugin.query")
     def query(self, args):
         return {
             "epilog-timeout": self.epilog_timeout,
-            "prologs": sorted(j for j, active in self.prolog.items() if active),
-            "epilogs": sorted(j for j, e in self.epilog.items() if not e.finished),
+            "drives-gate": self.driving,
+            "prologs": self._active(SETUP),
+            "epilogs": self._active(EPILOG),
         }
+
+    def _active(self, description):
+        return sorted(
+            jobid
+            for jobid, job in self.gate.jobs.items()
+            if description in job.holds and job.holds[description].state == ACTIVE
+        )
 
     def log(self, level, text):
         self.jobtap.log(level, text)
@@ -195,51 +171,44 @@ class Dws(Plugin):
         except OSError as exc:
             self.log(syslog.LOG_ERR, f"raising {type} on {f58(jobid)}: {exc}")
 
+    def holds(self, jobid):
+        """The job's holds in the gate ({} if none)."""
+        job = self.gate.jobs.get(jobid)
+        return job.holds if job is not None else {}
+
+    def active(self, jobid, description):
+        hold = self.holds(jobid).get(description)
+        return hold is not None and hold.state == ACTIVE
+
+    def release(self, jobid, description, status, raised=False):
+        """Release the job's hold; True if it held.  ``raised``: this
+        plugin raised the job's fatal exception itself (the gate raises
+        none)."""
+        released, _ = self.gate.release(jobid, description, status, raised=raised)
+        return released
+
+    def adopt(self):
+        """The gate's view is complete: take over the epilog timeouts of
+        the dws-epilog holds already active (a load, reload or restart).
+        A hold that became active while dws.so was removed from this same
+        job-manager is started now, as it would have been then (one that
+        an earlier instance started is not asked of the service again)."""
+        since = self.host.left.pop(self.name, None) if self.host else None
+        for jobid in self._active(SETUP):
+            if since is not None and self.holds(jobid)[SETUP].t_start >= since:
+                if self.is_rabbit(jobid):
+                    self.start_setup(jobid)
+        for jobid in self._active(EPILOG):
+            t_start = self.holds(jobid)[EPILOG].t_start
+            if since is not None and t_start >= since and self.is_rabbit(jobid):
+                self.start_epilog(jobid, t_start)
+            else:
+                self.arm_timeout(jobid, t_start)
+
     # Dependency: dws-create
 
-    @job_topic("job.new", every_job=True, requires=DW)
-    def new(self, job):
-        # flux jobtap load calls job.new, then job.state.depend, for each
-        # job in flight: a job in DEPEND then may hold dws-create already.
-        if job.state == DEPEND:
-            self.inherited.add(job.id)
-        elif job.state in (RUN, CLEANUP):
-            # Held in its prolog or epilog by an earlier instance, maybe:
-            # learn which from its eventlog, and follow its events again.
-            jobid = job.id
-            self.jobtap.subscribe(jobid)
-            self.jobtap.read_kvs(
-                f"{JobID(jobid).kvs}.eventlog",
-                lambda text, error: self.recover(jobid, text, error),
-            )
-
-    def recover(self, jobid, text, error):
-        """Take over the job's dws-setup or dws-epilog, if still held."""
-        if error is not None:
-            self.log(syslog.LOG_ERR, f"{f58(jobid)}: eventlog unreadable: {error}")
-            return
-        held = held_actions(text)
-        if held.get(SETUP) is not None and jobid not in self.prolog:
-            self.prolog[jobid] = True
-        started = held.get(EPILOG)
-        if started is not None and jobid not in self.epilog:
-            epilog = self.epilog[jobid] = Epilog()
-            if self.epilog_timeout > 0:
-                left = started + self.epilog_timeout - time.time()
-                epilog.timer = self.jobtap.timer(
-                    max(left, 0.001), lambda: self.epilog_timed_out(jobid)
-                )
-        if held:
-            self.log(
-                syslog.LOG_INFO,
-                f"{f58(jobid)}: held by {', '.join(sorted(held))} "
-                "from before this load",
-            )
-
     @job_topic("job.state.depend", every_job=True, requires=DW)
-    def depend(self, job):
-        inherited = job.id in self.inherited
-        self.inherited.discard(job.id)
+    def on_depend(self, job):
         jobspec = job.jobspec
         system = jobspec["attributes"]["system"]
         tolerance = system.get("dw_failure_tolerance", 0)
@@ -247,21 +216,6 @@ class Dws(Plugin):
         if type(tolerance) is not int or resources is None:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
-        added = time.time()
-        try:
-            self.jobtap.dependency_add(job.id, CREATE)
-        except OSError as exc:
-            if inherited and exc.errno == errno.EEXIST:
-                # Added and removed before this load: the storage exists.
-                self.jobtap.subscribe(job.id)
-                return
-            self.log(
-                syslog.LOG_ERR,
-                f"Failed to add dws jobtap dependency for {f58(job.id)}: {exc}",
-            )
-            self.raise_exception(job.id, "dws", "Failed to add dws jobtap dependency")
-            return
-        self.jobtap.subscribe(job.id)
         payload = {
             "dw_directives": system["dw"],
             "jobid": job.id,
@@ -269,27 +223,74 @@ class Dws(Plugin):
             "userid": job.userid,
             "failure_tolerance": tolerance,
         }
-        if not inherited:
-            self.send_create(job.id, payload)
+        record = self.gate.jobs.get(job.id)
+        if record is not None and record.recovering:
+            # Held before this load, maybe: its holds are being read back.
+            jobid = job.id
+            self.when_ready(lambda: self.recovered(jobid, payload))
             return
-        # The service refuses a second create of a job's workflow: send
-        # it only if no earlier dws-create is in the job's eventlog.
-        jobid = job.id
+        self.begin(job.id, payload, inherited=self.loading)
+
+    def recovered(self, jobid, payload):
+        try:
+            state = self.jobtap.lookup_job(jobid).get("state")
+        except OSError:
+            return
+        if state == DEPEND:
+            self.begin(jobid, payload, inherited=True)
+
+    def begin(self, jobid, payload, inherited=False):
+        """Hold a rabbit job in DEPEND and ask for its storage, unless that
+        was done before this load."""
+        holds = self.holds(jobid)
+        if CREATE in holds or self.gate.gone.get(jobid, CREATE):
+            # Held (or held and released) by the gate before: the service
+            # has the job's workflow.
+            return
+        if not inherited:
+            self.hold_all(jobid)
+            self.send_create(jobid, payload)
+            return
+        # A job in DEPEND that the gate never held: another plugin (such
+        # as dws-jobtap.so) may have asked for its storage already.
         self.jobtap.read_kvs(
             f"{JobID(jobid).kvs}.eventlog",
-            lambda text, error: self.create_unless_created(
-                jobid, payload, added, text, error
-            ),
+            lambda text, error: self.inherit(jobid, payload, text, error),
         )
 
-    def create_unless_created(self, jobid, payload, added, text, error):
-        if error is None and created_before(text, added):
+    def inherit(self, jobid, payload, text, error):
+        if error is None and created_before(text, self.jobtap.now()):
             self.log(
                 syslog.LOG_INFO,
                 f"{f58(jobid)}: {CREATE} from before this load kept, not sent again",
             )
+            self.hold_all(jobid, create=False)
             return
-        self.send_create(jobid, payload)
+        if self.hold_all(jobid):
+            self.send_create(jobid, payload)
+
+    def hold_all(self, jobid, create=True):
+        """Register the job's holds: dws-create (active at once), dws-setup
+        and dws-epilog (pending).  False if dws-create could not be."""
+        for description, point in POINTS.items():
+            if description == CREATE and not create:
+                continue
+            try:
+                self.gate.hold(jobid, description, point=point, default_timeout=False)
+            except GateError as exc:
+                if description != CREATE:
+                    self.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
+                    continue
+                self.log(
+                    syslog.LOG_ERR,
+                    f"Failed to add dws jobtap dependency for {f58(jobid)}: "
+                    f"{exc.message}",
+                )
+                self.raise_exception(
+                    jobid, "dws", "Failed to add dws jobtap dependency"
+                )
+                return False
+        return True
 
     def send_create(self, jobid, payload):
         self.jobtap.rpc("dws.create", payload, lambda f: self.created(jobid, f))
@@ -306,6 +307,7 @@ class Dws(Plugin):
             self.fail(jobid, CREATE, errstr or "dws.create RPC returned failure")
 
     @rpc_method("resource-update")
+    @after_recovery
     def resource_update(self, request):
         """The job's storage is placed: ``{id, resources, exclude,
         errmsg?}``; update its jobspec and let it leave DEPEND."""
@@ -342,31 +344,37 @@ class Dws(Plugin):
             self.fail(jobid, "dws", "Internal error: failed to update jobspec")
             raise RequestError(exc.errno, errmsg) from None
         try:
-            self.jobtap.dependency_remove(jobid, CREATE)
-        except OSError as exc:
+            if not self.release(jobid, CREATE, 0):
+                # Added by another plugin before this one was loaded.
+                self.jobtap.dependency_remove(jobid, CREATE)
+        except (OSError, GateError) as exc:
             errmsg = "Failed to remove dependency for job"
             self.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
-            raise RequestError(exc.errno, errmsg) from None
+            raise RequestError(getattr(exc, "errno", errno.EIO), errmsg) from None
         request.respond(None)
 
     # Prolog: dws-setup
 
-    @job_topic("job.state.run", every_job=True, requires=DW)
-    def run(self, job):
-        # Subscribe again: an instance loaded after the job's DEPEND has not.
-        self.jobtap.subscribe(job.id)
-        self.prolog[job.id] = True
+    def activated(self, hold):
+        """The gate made one of the job's holds active (a listener of the
+        gate, see :attr:`flux_epilog_gate.gate.Gate.listeners`)."""
+        if hold.description == SETUP and hold.point == PROLOG_POINT:
+            if self.is_rabbit(hold.id):
+                self.start_setup(hold.id)
+        elif hold.description == EPILOG and hold.point == EPILOG_POINT:
+            if self.is_rabbit(hold.id):
+                self.start_epilog(hold.id, hold.t_start)
+
+    def is_rabbit(self, jobid):
+        """True if the job asks for rabbit storage (a hold of this name
+        on another job is someone else's)."""
         try:
-            self.jobtap.prolog_start_current(SETUP)
-        except OSError as exc:
-            self.prolog[job.id] = False
-            self.log(
-                syslog.LOG_ERR,
-                f"Failed to start dws jobtap prolog for {f58(job.id)}: {exc}",
-            )
-            self.raise_exception(job.id, "dws", "Failed to start dws jobtap prolog")
-            return
-        jobid = job.id
+            jobspec = self.jobtap.lookup_job(jobid).get("jobspec", {})
+        except OSError:
+            return False
+        return "dw" in jobspec.get("attributes", {}).get("system", {})
+
+    def start_setup(self, jobid):
         self.jobtap.read_kvs(
             f"{JobID(jobid).kvs}.R",
             lambda text, error: self.send_setup(jobid, text, error),
@@ -396,7 +404,7 @@ class Dws(Plugin):
 
     def setup_failed(self, jobid, errstr):
         """The exception this raises ends the prolog (see exception)."""
-        if self.prolog.get(jobid):
+        if self.active(jobid, SETUP):
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to setup DWS workflow object for job {f58(jobid)}",
@@ -404,14 +412,12 @@ class Dws(Plugin):
             self.fail(jobid, SETUP, errstr)
 
     @rpc_method("prolog-remove")
+    @after_recovery
     def prolog_remove(self, request):
         """The job's storage is mounted: ``{id, variables}``; post its
         environment and let it start."""
         payload = self.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
-        if jobid not in self.prolog:
-            # Set up by an earlier instance (a reload): finish it all the same.
-            self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
         try:
             self.jobtap.post_event(
                 jobid, "dws_environment", {"variables": payload["variables"]}
@@ -420,51 +426,58 @@ class Dws(Plugin):
             errmsg = "failed to post dws_environment event"
             self.setup_failed(jobid, errmsg)
             raise RequestError(exc.errno, errmsg) from None
-        if self.prolog.get(jobid, True):
+        if SETUP in self.holds(jobid) or self.gate.gone.get(jobid, SETUP):
+            # Released already (a failure, a cancel): nothing more to end.
+            self.release(jobid, SETUP, 0)
+            request.respond(None)
+            return
+        self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
+        self.finish_foreign(request.detach(), jobid, SETUP)
+
+    def finish_foreign(self, request, jobid, description):
+        """Finish the job's prolog or epilog ``description`` that the gate
+        does not hold, if its eventlog shows it open (one another plugin,
+        such as dws-jobtap.so, started), and answer ``request``."""
+
+        def finish(text, error):
+            if error is not None or description not in held_actions(text):
+                request.respond(None)
+                return
             try:
-                self.jobtap.prolog_finish_job(jobid, SETUP, 0)
+                if description == SETUP:
+                    self.jobtap.prolog_finish_job(jobid, SETUP, 0)
+                else:
+                    self.jobtap.epilog_finish_job(jobid, EPILOG, 0)
             except OSError as exc:
-                self.log(
-                    syslog.LOG_ERR,
-                    f"Failed to finish prolog {SETUP} for job {f58(jobid)}: {exc}",
-                )
-                raise RequestError(exc.errno, "failed to finish prolog") from None
-            self.prolog[jobid] = False
-        request.respond(None)
+                request.error(exc.errno, f"could not finish {description}")
+                return
+            request.respond(None)
+
+        self.jobtap.read_kvs(f"{JobID(jobid).kvs}.eventlog", finish)
 
     # Epilog: dws-epilog
 
-    @job_topic("job.state.cleanup", every_job=True, requires=DW)
-    def cleanup(self, job):
-        # A job that started gets its epilog from its finish event.
-        if not self.jobtap.posted(job.id, "start"):
-            self.start_epilog(job.id, False)
-
-    @job_topic("job.event.finish")
-    def finished(self, job):
-        if job.id not in self.epilog:
-            self.start_epilog(job.id, True)
-
-    def start_epilog(self, jobid, started):
-        epilog = self.epilog[jobid] = Epilog()
-        try:
-            self.jobtap.epilog_start_current(EPILOG)
-        except OSError as exc:
-            epilog.finished = True
-            self.log(
-                syslog.LOG_ERR, f"Failed to start jobtap epilog for {f58(jobid)}: {exc}"
-            )
-            self.raise_exception(jobid, "dws", "Failed to start jobtap epilog")
-            return
-        if self.epilog_timeout > 0:
-            epilog.timer = self.jobtap.timer(
-                self.epilog_timeout, lambda: self.epilog_timed_out(jobid)
-            )
+    def start_epilog(self, jobid, t_start):
+        self.arm_timeout(jobid, t_start)
+        started = self.gate.posted(jobid, "start")
         self.jobtap.rpc(
             "dws.post_run",
             {"jobid": jobid, "run_started": started},
             lambda f: self.post_ran(jobid, f),
         )
+
+    def arm_timeout(self, jobid, t_start):
+        if self.epilog_timeout <= 0 or jobid in self.timers:
+            return
+        left = t_start + self.epilog_timeout - self.jobtap.now()
+        self.timers[jobid] = self.jobtap.timer(
+            max(left, 0.001), lambda: self.epilog_timed_out(jobid)
+        )
+
+    def stop_timeout(self, jobid):
+        timer = self.timers.pop(jobid, None)
+        if timer is not None:
+            timer.stop()
 
     def post_ran(self, jobid, future):
         try:
@@ -476,6 +489,7 @@ class Dws(Plugin):
             self.finish_epilog(jobid, False, errstr)
 
     def epilog_timed_out(self, jobid):
+        self.timers.pop(jobid, None)
         try:
             state = self.jobtap.lookup_job(jobid).get("state")
         except OSError:
@@ -485,23 +499,18 @@ class Dws(Plugin):
 
     def finish_epilog(self, jobid, success, errstr):
         """End the job's dws-epilog (status 0 on success, else 1 after an
-        exception naming ``errstr``); OSError if the job-manager refuses."""
+        exception naming ``errstr``); True if it was held."""
         if not success:
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to clean up DWS workflow object for job {f58(jobid)}",
             )
             self.fail(jobid, EPILOG, errstr)
-        epilog = self.epilog.get(jobid)
-        if epilog is not None:
-            if epilog.finished:
-                return
-            epilog.finished = True
-            if epilog.timer is not None:
-                epilog.timer.stop()
-        self.jobtap.epilog_finish_job(jobid, EPILOG, 0 if success else 1)
+        self.stop_timeout(jobid)
+        return self.release(jobid, EPILOG, 0 if success else 1, raised=not success)
 
     @rpc_method("epilog-remove")
+    @after_recovery
     def epilog_remove(self, request):
         """The job's storage is torn down: ``{id}``; let it go inactive."""
         jobid = self.payload_of(request, "epilog-remove", (), raise_on_job=False)["id"]
@@ -511,48 +520,68 @@ class Dws(Plugin):
             state = None
         if state != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
+        if EPILOG not in self.holds(jobid) and not self.gate.gone.get(jobid, EPILOG):
+            self.finish_foreign(request.detach(), jobid, EPILOG)
+            return
         try:
             self.finish_epilog(jobid, True, None)
-        except OSError as exc:
+        except GateError as exc:
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to finish epilog {EPILOG} for job {f58(jobid)}: {exc}",
             )
-            raise RequestError(exc.errno, "could not finish epilog") from None
+            raise RequestError(exc.errnum, "could not finish epilog") from None
         request.respond(None)
 
-    # Exceptions
+    # Listener of the gate: a tracked job's exceptions and end
 
-    @job_topic("job.event.exception")
-    def exception(self, job):
-        context = job.input.get("entry", {}).get("context", {})
+    def exception(self, jobid, context):
+        """A job exception of a job the gate holds."""
         if context.get("severity") != 0:
             return
-        jobid = job.id
-        epilog = self.epilog.get(jobid)
-        if self.prolog.get(jobid):
-            self.prolog[jobid] = False
-            self.jobtap.prolog_finish_job(jobid, SETUP, 1)
-        elif epilog is not None and not epilog.finished:
+        if self.active(jobid, SETUP):
+            self.release(jobid, SETUP, 1, raised=True)
+        elif self.active(jobid, EPILOG):
             if context.get("type") == EPILOG_TIMEOUT:
                 # Answered, but nothing waits for the answer.
                 self.jobtap.rpc("dws.abort", {"jobid": jobid})
-                epilog.finished = True
-                if epilog.timer is not None:
-                    epilog.timer.stop()
-                self.jobtap.epilog_finish_job(jobid, EPILOG, 1)
+                self.stop_timeout(jobid)
+                self.release(jobid, EPILOG, 1, raised=True)
             else:
                 self.jobtap.rpc("dws.teardown", {"jobid": jobid})
 
-    @job_topic("job.state.inactive")
-    def inactive(self, job):
-        self.inherited.discard(job.id)
-        self.prolog.pop(job.id, None)
-        epilog = self.epilog.pop(job.id, None)
-        if epilog is not None and epilog.timer is not None:
-            epilog.timer.stop()
+    def inactive(self, jobid):
+        self.stop_timeout(jobid)
+
+    def unload(self):
+        for jobid in list(self.timers):
+            self.stop_timeout(jobid)
+        if self.gate is not None and self in self.gate.listeners:
+            self.gate.listeners.remove(self)
+        if self.host is not None:
+            self.host.left[self.name] = self.jobtap.now()
+        super().unload()
 
     # Requests
+
+    @rpc_method("list", guests=True)
+    @after_recovery
+    def list_request(self, request):
+        """The gate's ``list``, served under dws's name too: with dws.so
+        loaded alone, ``flux-epilog-gate list`` shows a rabbit job's holds."""
+        payload = request.payload
+        try:
+            jobid = protocol.parse_list(payload if payload is not None else {})
+            holds = self.gate.list(
+                jobid, userid=None if request.owner else request.userid
+            )
+        except GateError as exc:
+            raise RequestError(exc.errnum, exc.message) from None
+        except ValueError as exc:
+            raise RequestError(
+                errno.EPROTO, f"list: malformed payload: {exc}"
+            ) from None
+        request.respond({"holds": holds})
 
     def payload_of(self, request, method, keys, raise_on_job=True):
         """The payload of ``request`` if it is an object with an integer

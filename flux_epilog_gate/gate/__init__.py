@@ -94,6 +94,8 @@ concern and are handed, when the gate is made, the others they call
                    next
 ``lost``           :class:`Losses`: pending holds whose job went inactive
                    without them
+``listeners``      :class:`Listeners`: in-process users of the gate (the
+                   dws plugin)
 ``counters``       :class:`Counters`: what ``stats`` reports
 ``holdlog``        :class:`HoldLog`: the durable record of holds
 ``loader``         a load: the hold log read, jobs recovered, requests
@@ -112,6 +114,7 @@ from .holdlog import HoldLog
 from .holds import Point
 from .jobs import GoneLog, Job, JobTable
 from .lifecycle import Lifecycle
+from .listeners import Listeners
 from .lost import Losses
 from .prolog import PrologPoint
 from .recovery import PROGRESS_EVENTS, Recovery
@@ -167,6 +170,10 @@ class Gate:
         self.watching = watchers = Watchers(port, config, jobs)
         self.annotations = annotations = Annotations(port, config)
         self.losses = Losses(port, jobs, holdlog, self.stats)
+        #: In-process users of the gate (the dws plugin): each is told
+        #: ``activated(hold)``, and of a held job ``exception(id,
+        #: context)`` (a job exception) and ``inactive(id)``.
+        self.listeners = Listeners(port)
         self.lifecycle = lifecycle = Lifecycle(
             port,
             jobs,
@@ -176,6 +183,7 @@ class Gate:
             annotations,
             self.stats,
             self.losses,
+            self.listeners,
         )
         self.epilog = EpilogPoint(port, jobs, lifecycle, holdlog, annotations)
         self.prolog = PrologPoint(port, jobs, lifecycle, holdlog, watchers)
@@ -254,17 +262,39 @@ class Gate:
         still being recovered."""
         return self.jobs.holds()
 
+    def tell(self, method, *args):
+        """Call ``method(*args)`` of every listener (see :class:`Listeners`)."""
+        self.listeners.tell(method, *args)
+
+    def posted(self, jobid, name):
+        """True if event ``name`` is in the job's eventlog, as far as the
+        gate knows (it holds the job, or read its eventlog)."""
+        job = self.jobs.get(jobid)
+        if job is None:
+            return self.port.posted(jobid, name)
+        return self.jobs.posted(job, name)
+
     # Requests
 
-    def hold(self, jobid, description, timeout=None, point=Point.EPILOG, done=None):
+    def hold(
+        self,
+        jobid,
+        description,
+        timeout=None,
+        point=Point.EPILOG,
+        done=None,
+        default_timeout=True,
+    ):
         """Register a hold; return ``(hold, created)`` (see
         :meth:`Requests.hold <flux_epilog_gate.gate.requests.Requests.hold>`)."""
-        return self.requests.hold(jobid, description, timeout, point, done)
+        return self.requests.hold(
+            jobid, description, timeout, point, done, default_timeout
+        )
 
-    def release(self, jobid, description, status=0, done=None):
+    def release(self, jobid, description, status=0, done=None, raised=False):
         """Release a hold; return ``(released, reason)`` (see
         :meth:`Requests.release <flux_epilog_gate.gate.requests.Requests.release>`)."""
-        return self.requests.release(jobid, description, status, done)
+        return self.requests.release(jobid, description, status, done, raised)
 
     def list(self, jobid=None, userid=None):
         """List entries of all holds, or of one job's (see
@@ -376,6 +406,7 @@ class Gate:
             self.watching,
             self.annotations,
             self.losses,
+            self.listeners,
             self.lifecycle,
             self.epilog,
             self.prolog,

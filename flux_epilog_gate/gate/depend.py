@@ -145,11 +145,14 @@ class DependPoint(HoldPoint):
                 self.watchers.notify(hold)
                 self._drop(job, hold, Reason.NEVER_STARTED)
 
-    def finish(self, job, hold, status, reason, note=None):
-        """End active dependency hold ``hold`` (already off the job)."""
+    def finish(self, job, hold, status, reason, note=None, raised=False):
+        """End active dependency hold ``hold`` (already off the job); with
+        ``raised`` a failure's fatal exception is the releaser's."""
         self._recorded(hold)
         if self._state(job.id) not in _OPEN:
             # It left DEPEND already (an exception): nothing holds it.
+            return
+        if status != 0 and raised:
             return
         if status != 0:
             if note is None:

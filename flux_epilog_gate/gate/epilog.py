@@ -67,8 +67,8 @@ class EpilogPoint(HoldPoint):
         self._post_start(hold.id, hold.description, hold.timeout)
         self.lifecycle.activated(hold)
 
-    def finish(self, job, hold, status, reason, note=None):
-        if status != 0:
+    def finish(self, job, hold, status, reason, note=None, raised=False):
+        if status != 0 and not raised:
             self._raise(job.id, hold, status, reason, note)
         self._post_finish(job.id, hold.description, status)
 

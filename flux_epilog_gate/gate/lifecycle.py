@@ -24,13 +24,23 @@ class Lifecycle:
     and, to post what ends an active hold, its point (``points``, by
     name: the points call this object back to make their holds
     active, so the gate hands it their mapping once they are made).
-    Called by the points, the requests (release, withdrawal), the
-    timeouts (expiry), recovery, reload and the shutdown (through the
-    gate's :meth:`~flux_epilog_gate.gate.Gate.end`).
+    Tells the in-process listeners of each activation.  Called by the
+    points, the requests (release, withdrawal), the timeouts (expiry),
+    recovery, reload and the shutdown (through the gate's
+    :meth:`~flux_epilog_gate.gate.Gate.end`).
     """
 
     def __init__(
-        self, port, jobs, holdlog, timeouts, watchers, annotations, stats, losses
+        self,
+        port,
+        jobs,
+        holdlog,
+        timeouts,
+        watchers,
+        annotations,
+        stats,
+        losses,
+        listeners,
     ):
         self.port = port
         self.jobs = jobs
@@ -40,6 +50,7 @@ class Lifecycle:
         self.annotations = annotations
         self.stats = stats
         self.losses = losses
+        self.listeners = listeners
         #: The hold points by name (:class:`~flux_epilog_gate.gate.points.HoldPoint`).
         self.points = {}
         #: The instance's shutdown (:mod:`flux_epilog_gate.gate.shutdown`)
@@ -57,6 +68,7 @@ class Lifecycle:
         self.watchers.notify(hold)
         if self.shutdown is not None:
             self.shutdown.activated(hold)
+        self.listeners.tell("activated", hold)
 
     def arm(self, hold):
         """Start active ``hold``'s timeout, counted from its activation."""
@@ -72,10 +84,10 @@ class Lifecycle:
 
     # Ending
 
-    def finish(self, job, hold, status, reason, done=None, note=None):
+    def finish(self, job, hold, status, reason, done=None, note=None, raised=False):
         """End ``hold`` of ``job`` for ``reason``; ``done(error)`` once its
         record is durable; ``note`` replaces the job exception's usual
-        note."""
+        note; with ``raised``, a failure's exception is the releaser's."""
         # Forget the hold before posting: its end may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
@@ -91,7 +103,7 @@ class Lifecycle:
         self.stats.finished(reason, status)
         # Before the finish, which may end the job.
         self.annotations.update(job)
-        self.points[hold.point].finish(job, hold, status, reason, note)
+        self.points[hold.point].finish(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
         if reason != Reason.TIMED_OUT:
             self.holdlog.release(hold, status, done)

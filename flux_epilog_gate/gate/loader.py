@@ -65,20 +65,28 @@ class Load:
 
     ``carried`` is the gate a removed plugin instance left in this same
     job-manager, or None; ``delay``, seconds each eventlog read waits
-    (0: none).  The hold log is read here, at once (only when
-    it is needed: a carried gate that recovers nothing knows every hold).
+    (0: none); ``partial``: the carried gate's own load was not complete
+    (the plugin that loaded it handed it over before every job.new came),
+    so a job it does not know is recovered as by a new gate.  The hold
+    log is read here, at once (only when it is needed: a carried gate
+    that recovers nothing knows every hold).
     """
 
-    def __init__(self, port, carried=None, delay=0.0):
+    def __init__(self, port, carried=None, delay=0.0, partial=False):
         self.port = port
         self.carried = carried
+        self.partial = carried is not None and partial
         # Seconds each eventlog read waits (tests: debug-fault=slow-recovery).
         self.delay = delay
         self.gate = None
         #: Entries of the hold log by job, or None if it could not be read.
         self.log = {}
         self.log_size = 0
-        if carried is None or any(job.recovering for job in carried.jobs.values()):
+        if (
+            carried is None
+            or self.partial
+            or any(job.recovering for job in carried.jobs.values())
+        ):
             self.log, self.log_size = read_log(port)
             self.log_size = self.log_size or 0
         # Jobs the job-manager sent job.new for (a carried gate forgets
@@ -113,7 +121,7 @@ class Load:
         if self.started or state == NEW:
             return
         self.seen.add(jobid)
-        if self.carried is not None:
+        if self.carried is not None and (not self.partial or self._known(jobid)):
             if self.gate.retrack(jobid, state):
                 self._recover(jobid)
         # A job in DEPEND may be held by a dependency hold whose record a
@@ -126,6 +134,9 @@ class Load:
             self.gate.begin_recovery(jobid, userid)
             self._recover(jobid)
 
+    def _known(self, jobid):
+        return jobid in self.gate.jobs or jobid in self.gate.replayed_progress
+
     def loaded(self):
         """Every job.new of the load has been seen."""
         if self.started:
@@ -133,6 +144,8 @@ class Load:
         self.started = True
         if self.carried is not None:
             self.gate.resume(self.seen)
+            if self.partial and self.log:
+                self.gate.losses.check_unseen(self.log, self.seen)
         elif self.log:
             # Jobs the log names that went inactive before this load.
             self.gate.losses.check_unseen(self.log, self.seen)

@@ -20,7 +20,7 @@ method or attribute                    who calls it: what it does
                                        event, then
                                        :meth:`Lifecycle.activated`
 ``finish(job, hold, status, reason,    the lifecycle: post what ends an
-note)``                                active hold (already off its job):
+note, raised)``                        active hold (already off its job):
                                        a release, a timeout
                                        (``TIMEOUT_STATUS``), a shutdown
 ``on_cleanup(job)``                    the gate: the job entered CLEANUP
@@ -93,9 +93,10 @@ class HoldPoint:
         be posted."""
         raise NotImplementedError
 
-    def finish(self, job, hold, status, reason, note=None):
+    def finish(self, job, hold, status, reason, note=None, raised=False):
         """Post what ends active ``hold`` (already off ``job``); ``note``
-        replaces the usual note of the job exception a failure raises."""
+        replaces the usual note of the job exception a failure raises;
+        with ``raised``, the releaser raised that exception itself."""
         raise NotImplementedError
 
     def on_cleanup(self, job):

@@ -142,14 +142,18 @@ class PrologPoint(HoldPoint):
                 hold.aborted = True
                 self.watchers.notify(hold)
 
-    def finish(self, job, hold, status, reason, note=None):
+    def finish(self, job, hold, status, reason, note=None, raised=False):
         """End active prolog hold ``hold`` (already off the job); ``note``
-        replaces the exception's usual note."""
-        if status != 0:
+        replaces the exception's usual note; with ``raised`` the releaser
+        raised the fatal exception itself."""
+        if status != 0 and not raised:
             # Before prolog-finish: once the job's last prolog action is
             # finished, the start request goes out at once.
             self._raise(job, hold, status, reason, note)
-        job.start_held = bool(active_prologs(job))
+        # A failed prolog hold's job never starts (a fatal exception came
+        # first): its start stays the gate's, so its epilog point is its
+        # entry to CLEANUP, as for a job whose prolog is still open.
+        job.start_held = bool(active_prologs(job)) or (status != 0 and job.start_held)
         try:
             self.port.prolog_finish(job.id, hold.description, status)
         except OSError as exc:

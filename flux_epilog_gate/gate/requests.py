@@ -40,7 +40,15 @@ class Requests:
         #: The instance's shutdown while there is one.
         self.shutdown = None
 
-    def hold(self, jobid, description, timeout=None, point=EPILOG, done=None):
+    def hold(
+        self,
+        jobid,
+        description,
+        timeout=None,
+        point=EPILOG,
+        done=None,
+        default_timeout=True,
+    ):
         """Register a hold; return ``(hold, created)``.
 
         Holding the same ``(jobid, description)`` again answers the
@@ -50,7 +58,9 @@ class Requests:
         force at once; ``done(hold, error)`` is called once its record is
         durable (``error`` None), the moment to answer the request.  If
         the record cannot be committed, a hold this call created is
-        withdrawn before ``done`` is told the error.
+        withdrawn before ``done`` is told the error.  A ``timeout`` of
+        None is the configured one, or with ``default_timeout`` False
+        none (an in-process caller with timeouts of its own).
         """
         self._check_room("hold", done)
         job = self.jobs.get(jobid)
@@ -65,7 +75,7 @@ class Requests:
                 )
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
-        if timeout is None:
+        if timeout is None and default_timeout:
             timeout = self.config.timeout
         hold = Hold(jobid, description, userid, self.port.now(), timeout, point)
         tracked = job is not None
@@ -136,12 +146,14 @@ class Requests:
                         f"{f58(jobid)}: rule {rule.attribute}: {exc.message}",
                     )
 
-    def release(self, jobid, description, status=0, done=None):
+    def release(self, jobid, description, status=0, done=None, raised=False):
         """Release a hold; return ``(released, reason)``.
 
         The release takes effect at once; ``done((released, reason),
         error)`` is called once its record (if it needs one) and every
-        record before it are durable.
+        record before it are durable.  ``raised``: the caller raised the
+        job's fatal exception itself, so a non-zero status raises none
+        (an in-process caller with exceptions of its own).
         """
         self._check_room("release", done)
         job = self.jobs.get(jobid)
@@ -156,7 +168,9 @@ class Requests:
             if recorded is not None:
                 self.holdlog.barrier(recorded)
         else:
-            self.lifecycle.finish(job, hold, status, Reason.RELEASED, recorded)
+            self.lifecycle.finish(
+                job, hold, status, Reason.RELEASED, recorded, raised=raised
+            )
         return result
 
     def list(self, jobid=None, userid=None):

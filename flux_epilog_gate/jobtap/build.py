@@ -60,6 +60,7 @@ const char *runtime_name (void);
 void runtime_request_cb (flux_t *h, flux_msg_handler_t *mh,
                          const flux_msg_t *msg, void *arg);
 int runtime_seen_jobmanager (flux_plugin_t *p);
+uint64_t runtime_jobmanager_id (flux_plugin_t *p);
 int runtime_add_topic (flux_plugin_t *p, const char *name, int mode);
 int runtime_topic_require (flux_plugin_t *p, int topic, const char *path);
 int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,

@@ -241,6 +241,16 @@ class Jobtap:
         job-manager (the next call answers True)."""
         return bool(self.lib.runtime_seen_jobmanager(self.p))
 
+    def jobmanager_id(self):
+        """A number naming this job-manager: the same for every plugin on
+        the runtime loaded into it, another for each new job-manager (a
+        module reload makes one in the same process).  OSError if none
+        could be made."""
+        value = self.lib.runtime_jobmanager_id(self.p)
+        if value == 0:
+            raise OSError(errno.ENOMEM, "no job-manager id")
+        return value
+
     # Reactor
 
     def timer(self, delay, callback):

@@ -259,18 +259,29 @@ class Plugin:
     @classmethod
     def _collect(cls):
         """The declared handlers of the class, in declaration order."""
-        jobs, plugins, methods = [], {}, []
+        # By attribute: a subclass's method of the same name replaces the
+        # declaration of its base's (undecorated, it removes it).
+        jobs, plugins, methods = {}, {}, {}
         for klass in reversed(cls.__mro__):
             for attr, function in vars(klass).items():
-                if hasattr(function, "_jobtap_job"):
-                    jobs.append((*function._jobtap_job, attr))
-                if hasattr(function, "_jobtap_plugin"):
-                    plugins[function._jobtap_plugin] = attr
-                if hasattr(function, "_jobtap_request"):
-                    methods.append((*function._jobtap_request, attr))
-        cls._job_topics = jobs
-        cls._plugin_topics = plugins
-        cls._methods = methods
+                for declared, marker in (
+                    (jobs, "_jobtap_job"),
+                    (plugins, "_jobtap_plugin"),
+                    (methods, "_jobtap_request"),
+                ):
+                    value = getattr(function, marker, None)
+                    if value is None:
+                        declared.pop(attr, None)
+                    elif declared is plugins:
+                        declared[attr] = value
+                    else:
+                        declared[attr] = (*value, attr)
+        topics = [topic for topic, _, _, _ in jobs.values()]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f"{cls.__name__}: a job topic is declared twice")
+        cls._job_topics = list(jobs.values())
+        cls._plugin_topics = {topic: attr for attr, topic in plugins.items()}
+        cls._methods = list(methods.values())
 
 
 class _Runtime:

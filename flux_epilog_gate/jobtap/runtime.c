@@ -19,6 +19,9 @@
  */
 #include <dlfcn.h>
 #include <limits.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -43,6 +46,8 @@ enum runtime_plugin_topic {
 #define RUNTIME_MARK "jobtap-runtime::mark"
 #define RUNTIME_JM_AUX "jobtap-runtime::job-manager::" RUNTIME_NAME
 #define RUNTIME_CTX "jobtap-runtime::ctx"
+/* The same key in every plugin built on this runtime (no RUNTIME_NAME). */
+#define RUNTIME_JM_ID "jobtap-runtime::job-manager-id"
 /* Matches job.state.* and job.event.*, nothing else (see below). */
 #define RUNTIME_JOB_TOPICS "job.[se][tv][ae][tn][et].*"
 /* Matches conf.update and plugin.query. */
@@ -683,6 +688,35 @@ int runtime_seen_jobmanager (flux_plugin_t *p)
         return 1;
     (void)flux_aux_set (h, RUNTIME_JM_AUX, (void *)RUNTIME_JM_AUX, NULL);
     return 0;
+}
+
+/* A number naming the job-manager 'p' is loaded into: the same for every
+ * plugin built on this runtime (so that plugins can share state kept per
+ * job-manager), and another one for each new job-manager, also one that a
+ * module reload makes in the same process.  The value lives on the
+ * job-manager's handle and goes with it; it is the monotonic clock when
+ * first asked for (no two job-managers start in the same nanosecond).
+ * 0 on failure.
+ */
+uint64_t runtime_jobmanager_id (flux_plugin_t *p)
+{
+    flux_t *h = flux_jobtap_get_flux (p);
+    uint64_t *id;
+    struct timespec ts;
+
+    if (!h)
+        return 0;
+    if ((id = flux_aux_get (h, RUNTIME_JM_ID)))
+        return *id;
+    if (!(id = malloc (sizeof (*id))))
+        return 0;
+    clock_gettime (CLOCK_MONOTONIC, &ts);
+    *id = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec + 1;
+    if (flux_aux_set (h, RUNTIME_JM_ID, id, free) < 0) {
+        free (id);
+        return 0;
+    }
+    return *id;
 }
 
 /* Declare the plugin's job topic number ctx->ntopics. */

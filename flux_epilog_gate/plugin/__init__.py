@@ -19,10 +19,16 @@ still being recovered waiting until they all are.
 
 A load that fails or is refused leaves all of this alone: each load has
 an instance of its own, which takes over only once the load is committed
-(see :meth:`EpilogGatePlugin.commit`).
+(see :meth:`GateDriver.commit`).
+
+The dws plugin (dws.so, :mod:`flux_epilog_gate.dws`) is a plugin of the
+same gate: :class:`GateDriver` is what both classes share, the
+job-manager's calls that drive the gate and the load.  Loaded together
+into one job-manager they share its one gate (see :mod:`.host`).
 """
 
 import errno
+import syslog
 
 from ..errors import GateError
 from ..gate import protocol
@@ -39,6 +45,7 @@ from ..jobtap.plugin import (
     plugin_topic,
     request,
 )
+from .host import host_of
 from .port import GatePort
 
 #: Error text that ends watch streams when the plugin goes away.
@@ -77,11 +84,11 @@ def _after_recovery(handler):
     :meth:`flux_epilog_gate.gate.loader.Load.when_ready`)."""
 
     def wrapper(self, request):
-        if self.load.ready:
+        if self.ready:
             handler(self, request)
             return
         waiting = request.detach()
-        self.load.when_ready(
+        self.when_ready(
             lambda: self._run_waiting(handler, waiting),
             lambda: waiting.error(
                 errno.EAGAIN, f"{waiting.method}: {UNLOADED_WAITING}"
@@ -93,9 +100,15 @@ def _after_recovery(handler):
     return wrapper
 
 
-class EpilogGatePlugin(Plugin):
-    """One instance of the plugin and, once its load is committed, the gate
-    it drives.
+#: For plugins of the gate: a request handler run once the gate's view is
+#: complete.
+after_recovery = _after_recovery
+
+
+class GateDriver(Plugin):
+    """A plugin instance of the gate: once its load is committed it shares
+    the gate of its job-manager (:class:`~.host.Host`) and, if it is the
+    one of the highest :attr:`drive_rank` loaded, drives it.
 
     An instance is made for every load, including one the job-manager then
     refuses (a duplicate) or fails (a bad configuration).  Until its first
@@ -105,44 +118,133 @@ class EpilogGatePlugin(Plugin):
 
     port = GatePort
 
+    #: Which plugin drives the gate when several share it: the highest.
+    drive_rank = 1
+
     def __init__(self, jobtap):
         super().__init__(jobtap)
         self.gate = None
         self.shutdown = None
-        #: This instance's load (gate.loader.Load), once committed.
+        #: The host of the job-manager's gate, once committed.
+        self.host = None
+        #: This instance's load (gate.loader.Load), while it drives.
         self.load = None
+        #: True until the job-manager has made the calls of the load
+        #: (job.new and job.state.depend of jobs in flight).
+        self.loading = False
         self._load_timer = None
-        if self.jobtap.load_options().get("debug-fault") == "init":
-            raise RuntimeError("debug-fault=init: injected failure")
 
     @property
     def committed(self):
-        return _State.host is self
+        return self.host is not None
+
+    @property
+    def driving(self):
+        return self.committed and self.host.driver is self
+
+    @property
+    def ready(self):
+        """True once the gate's view is complete (every job recovered)."""
+        driver = self.host.driver if self.host is not None else None
+        return driver is None or driver.load is None or driver.load.ready
+
+    def when_ready(self, run, refuse=None):
+        """Call ``run()`` once the gate's view is complete (now, if it is).
+        Should its driver go away first, ``refuse()`` is called instead,
+        or, without ``refuse``, ``run`` waits on for the next driver's."""
+        if self.ready:
+            run()
+            return
+        if refuse is None:
+
+            def refuse():
+                # Once the next driver (if any) has begun its load.
+                if self.committed:
+                    self.jobtap.timer(0.0, lambda: self.when_ready(run))
+
+        self.host.driver.load.when_ready(run, refuse)
 
     def commit(self, config):
-        """Take over as the gate of this job-manager: the load succeeds.
+        """Take this job-manager's gate: the load succeeds.
 
-        The gate of a removed instance is carried over; a new job-manager
-        starts a gate of its own and recovers the jobs the hold log names
-        (see :class:`~flux_epilog_gate.gate.loader.Load`).  If anything
-        here fails, the load fails and nothing has changed.
+        The gate of a removed instance is carried over (also one another
+        plugin of the gate drove); a new job-manager starts a gate of its
+        own and recovers the jobs the hold log names (see
+        :class:`~flux_epilog_gate.gate.loader.Load`).  An instance of a
+        lower rank than the driver only joins.  If anything here fails,
+        the load fails and nothing has changed.
         """
-        carried = _State.carried if self.jobtap.seen_jobmanager() else None
-        load = Load(self.jobtap, carried, delay=self._recovery_delay())
+        host = host_of(self.jobtap)
+        drives = host.driver is None or self.drive_rank > host.driver.drive_rank
+        load = None
+        if drives:
+            if host.driver is not None:
+                partial = not host.driver.load.ready
+            else:
+                partial = host.partial
+            load = Load(
+                self.jobtap, host.gate, delay=self._recovery_delay(), partial=partial
+            )
         self.register()
         # job.new is called for every active job right after the load (or,
         # in a restarting job-manager, for every restored job); a timer
         # fires only once that is done.
-        self.forward(new=True, depend=bool(config.rules))
+        self.forward(new=drives, depend=bool(config.rules))
         self._load_timer = self.jobtap.timer(0.0, self._loaded)
         # Nothing below can fail.
+        self.loading = True
+        host.join(self)
+        self.host = host
+        if not drives:
+            self.gate = host.gate
+            return
         self.load = load
-        self.gate = load.begin(config)
+        host.partial = False
+        self.gate = host.gate = load.begin(config)
+        self._watch_shutdown()
+
+    def _watch_shutdown(self):
         self.shutdown = Shutdown(self.gate, self.jobtap)
-        _State.carried = None
-        _State.host = self
-        # Last: the broker's state streams to the committed instance only.
+        # Last: the broker's state streams to the driver only.
         self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
+
+    def hand_over(self):
+        """A plugin of a higher rank takes the gate over (it loads it
+        through its own port, see :meth:`commit`): stop driving it."""
+        self.host.partial = not self.load.ready
+        self.load.close()
+        self.load = None
+        self._suspend()
+        for jobid in list(self.gate.jobs) + list(self.gate.replayed_progress):
+            self.jobtap.untrack(jobid)
+        self.forward(new=False, depend=False)
+
+    def take_over(self):
+        """The driver went away and this instance stays: drive the gate
+        through this port, retracking each of its jobs by id (no job.new
+        comes: this instance is loaded already)."""
+        gate = self.gate
+        load = self.load = Load(self.jobtap, gate, partial=self.host.partial)
+        self.host.partial = False
+        load.begin(gate.config)
+        try:
+            self._watch_shutdown()
+        except OSError as exc:
+            self.jobtap.log(syslog.LOG_ERR, f"taking the gate over: {exc}")
+        jobids = list(gate.jobs) + list(gate.replayed_progress)
+        # A partial load's: the jobs the log names, which it had not seen.
+        named = [jobid for jobid in (load.log or {}) if jobid not in jobids]
+        for jobid in jobids + named:
+            try:
+                state, userid = self.jobtap.job_info(jobid)
+            except OSError:
+                # Not looked up (the job-manager may be going away): its
+                # job.state.inactive would have come to the driver.
+                continue
+            load.on_new(jobid, state, userid)
+        # None went inactive while no plugin of the gate was there.
+        load.seen.update(jobids)
+        load.loaded()
 
     def _recovery_delay(self):
         """Seconds each eventlog read of the load waits: 0, or with
@@ -165,7 +267,8 @@ class EpilogGatePlugin(Plugin):
             self._load_timer = None
         self.jobtap.close()
 
-    # Jobs
+    # Jobs: only the driver's port tracks jobs, so only the driver gets
+    # their calls; job.new is forwarded to it while it loads.
 
     def fault(self, where):
         if self.gate.config.fault == where:
@@ -173,11 +276,15 @@ class EpilogGatePlugin(Plugin):
 
     @job_topic("job.new", every_job=True)
     def on_new(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         self._on_new(job.id, job.state, job.userid)
 
     @job_topic("job.state.depend", every_job=True)
     def on_depend(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         if self.gate.config.rules:
             attributes = job.input.get("jobspec", {}).get("attributes", {})
@@ -185,23 +292,39 @@ class EpilogGatePlugin(Plugin):
 
     @job_topic("job.state.cleanup")
     def on_cleanup(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         self.gate.on_cleanup(job.id)
 
     @job_topic("job.state.inactive")
     def on_inactive(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         self.gate.on_inactive(job.id)
+        self.gate.tell("inactive", job.id)
+
+    @job_topic("job.event.exception")
+    def on_exception(self, job):
+        """Told to the gate's listeners (its own holds need nothing)."""
+        if self.driving and self.gate.listeners:
+            context = job.input.get("entry", {}).get("context", {})
+            self.gate.tell("exception", job.id, context)
 
     # Of a subscribed job's events only these move it to its epilog point.
 
     @job_topic("job.event.finish")
     def on_finish(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         self.gate.on_event(job.id, "finish", job.state)
 
     @job_topic("job.event.free")
     def on_free(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         self.gate.on_event(job.id, "free", job.state)
 
@@ -209,6 +332,8 @@ class EpilogGatePlugin(Plugin):
     #: their prolog-start must be posted from this very callback.
     @job_topic("job.state.run", wanted=True)
     def on_run(self, job):
+        if not self.driving:
+            return
         self.fault("job")
         self.gate.on_run(job.id)
 
@@ -217,8 +342,67 @@ class EpilogGatePlugin(Plugin):
 
     def _loaded(self):
         self._load_timer = None
-        self.load.loaded()
+        self.loading = False
+        if self.driving:
+            self.load.loaded()
         self.forward(depend=bool(self.gate.config.rules))
+
+    def unload(self):
+        """This instance is being destroyed.  The driver ends the watch
+        streams (their clients watch again once the gate is back), stops
+        everything that would call back into it, and leaves the gate to
+        the plugin that stays, if any (which drives it from now on), or
+        to the next load; another one simply leaves."""
+        if not self.committed:
+            self.discard()
+            return
+        host, self.host = self.host, None
+        driving = host.driver is self
+        successor = host.leave(self)
+        if self._load_timer is not None:
+            self._load_timer.stop()
+            self._load_timer = None
+        if not driving:
+            self.jobtap.close()
+            return
+        host.partial = not self.load.ready
+        self.load.close()
+        self._suspend()
+        self.jobtap.close()
+        if successor is not None:
+            successor.take_over()
+
+    def _suspend(self):
+        for watcher in self.gate.watchers:
+            self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
+        self.gate.watchers = []
+        self.shutdown.stop()
+        self.shutdown = None
+        self.gate.suspend()
+
+    def _run_waiting(self, handler, request):
+        """Run the handler of a request that waited on recovery, as the
+        runtime would have."""
+        if self.jobtap.p is None:
+            return
+        try:
+            handler(self, request)
+        except RequestError as exc:
+            request.error(exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, request.msg)
+
+
+class EpilogGatePlugin(GateDriver):
+    """epilog-gate.so: the gate's configuration, rules and services.  It
+    drives the gate whenever it is loaded."""
+
+    drive_rank = 1
+
+    def __init__(self, jobtap):
+        super().__init__(jobtap)
+        if self.jobtap.load_options().get("debug-fault") == "init":
+            raise RuntimeError("debug-fault=init: injected failure")
 
     # Plugin callbacks
 
@@ -389,24 +573,6 @@ class EpilogGatePlugin(Plugin):
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(self, msg)
 
-    def _run_waiting(self, handler, request):
-        """Run the handler of a request that waited on recovery, as the
-        runtime would have."""
-        if self.jobtap.p is None:
-            return
-        try:
-            handler(self, request)
-        except RequestError as exc:
-            request.error(exc.errnum, exc.message)
-        except Exception:  # noqa: BLE001 - inside the job-manager
-            internal_error(self, request.msg)
-
-    # Both paths end here: the general one once Python has checked the
-    # payload, the owner's well-formed requests straight from C.
-
-    # The answer waits until the request's record is durable (see
-    # holdlog.py): the message is kept until then.
-
     def hold(self, message, jobid, description, timeout, point=EPILOG):
         kept = self.jobtap.keep_request(message)
 
@@ -440,38 +606,7 @@ class EpilogGatePlugin(Plugin):
         except Exception:  # noqa: BLE001 - inside the job-manager
             self.jobtap.log_exception(f"answering {method}")
 
-    def unload(self):
-        """This instance is being destroyed.  A committed one ends the
-        watch streams (their clients watch again once the gate is back),
-        stops everything that would call back into it, and keeps the gate
-        for the next load; another one is simply dropped."""
-        if not self.committed:
-            self.discard()
-            return
-        _State.host = None
-        self.load.close()
-        self._suspend()
-        _State.carried = self.gate
-
-    def _suspend(self):
-        for watcher in self.gate.watchers:
-            self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
-        self.gate.watchers = []
-        self.shutdown.stop()
-        self.gate.suspend()
-        self.jobtap.close()
-
 
 def _require_owner(method, owner):
     if not owner:
         raise GateError(errno.EPERM, f"{method}: only the instance owner may {method}")
-
-
-class _State:
-    """Module state that survives plugin remove and load."""
-
-    #: The one instance whose load was committed: it gets the jobs and
-    #: requests.
-    host = None
-    #: The gate of a removed instance, for the next load to take over.
-    carried = None

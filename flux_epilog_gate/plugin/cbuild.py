@@ -94,7 +94,8 @@ def compile_gate(outdir, bindings=None, verbose=False):
     )
 
 
-#: The dws plugin (flux-coral2's rabbits): the runtime alone, no C of its own.
+#: The dws plugin (flux-coral2's rabbits): a plugin of the gate, with the
+#: gate's C, since it may drive the gate (post its marked events).
 DWS_NAME = "dws"
 DWS_TARGET = "flux_epilog_gate.dws.plugin:Dws"
 
@@ -102,7 +103,7 @@ DWS_TARGET = "flux_epilog_gate.dws.plugin:Dws"
 def compile_dws(outdir, bindings=None, verbose=False):
     """Compile dws.so into ``outdir``; return its path."""
     return runtime_build.compile_plugin(
-        outdir, DWS_NAME, DWS_TARGET, bindings, verbose=verbose
+        outdir, DWS_NAME, DWS_TARGET, bindings, verbose=verbose, extension=extension()
     )
 
 

@@ -238,6 +238,26 @@ def test_a_job_in_cleanup_the_log_does_not_name_gets_its_active_hold_back(port):
     assert gate.release(11, "bb") == (True, None)
 
 
+@pytest.mark.parametrize("partial", [True, False])
+def test_a_gate_handed_over_before_its_load_saw_a_job_still_recovers_it(port, partial):
+    """One plugin of the gate began the load of a new job-manager and
+    handed the gate over before any job.new came (another plugin of the
+    gate, of a higher rank, loaded next): the next load, told the carried
+    gate is partial, recovers the jobs the log names as a new gate does."""
+    port.kvs[KEY] = entry(11, "keep-a") + "\n"
+    port.add_job(11, SCHED, USER)
+    first = Load(port)
+    gate = first.begin(Config())
+    first.close()
+    gate.suspend()
+    second = Load(port, gate, partial=partial)
+    assert second.begin(Config()) is gate
+    second.on_new(11, SCHED, USER)
+    second.loaded()
+    assert second.ready
+    assert set(holds_of(gate)) == ({(11, "keep-a")} if partial else set())
+
+
 def test_an_eventlog_read_that_fails_recovers_from_the_log(port):
     port.kvs[KEY] = entry(11, "keep-a")
     port.defer_eventlogs = True

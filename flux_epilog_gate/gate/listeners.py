@@ -1,0 +1,34 @@
+"""In-process users of the gate (the dws plugin): told of what happens
+to the holds and jobs they care about."""
+
+import syslog
+
+
+class Listeners(list):
+    """The gate's in-process listeners, in the order they came.
+
+    Each listener has the methods ``activated(hold)`` (a hold became
+    active), ``exception(id, context)`` (a held job got an exception) and
+    ``inactive(id)`` (a held job is inactive).  Owns the list.  Calls
+    the port's ``log``.  Called by the lifecycle (activations) and by
+    the plugin (a job's exception and inactivity), through
+    :meth:`~flux_epilog_gate.gate.Gate.tell`; listeners add and remove
+    themselves.
+    """
+
+    def __init__(self, port):
+        super().__init__()
+        self.port = port
+
+    def tell(self, method, *args):
+        """Call ``method(*args)`` of every listener; one that raises is
+        logged, and the others are told all the same."""
+        for listener in list(self):
+            try:
+                getattr(listener, method)(*args)
+            except Exception as exc:  # noqa: BLE001 - a listener's, not ours
+                self.port.log(
+                    syslog.LOG_ERR,
+                    f"{method}: listener {type(listener).__name__}: "
+                    f"{type(exc).__name__}: {exc}",
+                )

@@ -1,0 +1,320 @@
+"""A rabbit job's holds are the gate's: ``flux-epilog-gate list`` shows
+``dws-create``/``dws-setup``/``dws-epilog`` with their points, the hold
+log records them, and dws.so shares one gate with epilog-gate.so in
+either load order, across a reload of either or both, a restart and a
+SIGKILL; dws.so alone serves ``list`` for the client.  Real instances,
+t/dws_service.py as the service."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import test_dws
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from jobs import described, eventlog, named, submit, wait_event, wait_inactive
+from test_dws import DW, contexts
+
+from flux_epilog_gate.paths import plugin_path
+from flux_epilog_gate.testing import Instance
+
+dws = test_dws.dws
+GATE = plugin_path()
+DWS = plugin_path("dws")
+CLI = os.path.join(os.path.dirname(sys.executable), "flux-epilog-gate")
+#: The plugins of each setup, in load order.
+SETUPS = {
+    "dws-alone": [DWS],
+    "gate-then-dws": [GATE, DWS],
+    "dws-then-gate": [DWS, GATE],
+}
+
+
+@pytest.fixture
+def instance():
+    made = []
+
+    def make(paths):
+        first, *rest = paths
+        inst = Instance(cores=8, plugin=first, plugins=[(p, {}) for p in rest])
+        made.append(inst)
+        inst.start()
+        return inst
+
+    yield make
+    for inst in made:
+        inst.stop()
+        inst.cleanup()
+
+
+def listed(inst, jobid=None):
+    """``{description: (point, state)}`` of the holds ``flux-epilog-gate
+    list`` shows (of one job, or all)."""
+    args = [CLI, "list", "--json"] + ([str(jobid)] if jobid else [])
+    proc = subprocess.run(args, env=inst.env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    holds = json.loads(proc.stdout)
+    return {h["description"]: (h["point"], h["state"]) for h in holds}
+
+
+def logged(inst):
+    """Descriptions the hold log has a hold entry for."""
+    proc = inst.flux("kvs", "get", "epilog-gate.holds", check=False)
+    entries = [json.loads(line) for line in proc.stdout.splitlines() if line]
+    return {
+        e["context"]["description"]
+        for e in entries
+        if e.get("name") == "epilog_gate.hold"
+    }
+
+
+def remove(inst, path):
+    inst.flux("jobtap", "remove", os.path.basename(path))
+
+
+def load(inst, path):
+    inst.flux("jobtap", "load", path)
+
+
+#: The service answers nothing by itself: the test sends its requests.
+HANG = ("--create-hang", "--setup-hang", "--post-run-hang")
+
+IN_DEPEND = {
+    "dws-create": ("depend", "active"),
+    "dws-setup": ("prolog", "pending"),
+    "dws-epilog": ("epilog", "pending"),
+}
+IN_PROLOG = {"dws-setup": ("prolog", "active"), "dws-epilog": ("epilog", "pending")}
+IN_EPILOG = {"dws-epilog": ("epilog", "active")}
+
+
+def in_depend(inst, dws):
+    h = inst.handle()
+    service = dws(inst, *HANG)
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    return h, service, jobid
+
+
+def finish(h, service, jobid, stage="depend", inst=None):
+    """What the service sends from ``stage`` on; the job must end clean
+    (with ``inst``, ``list`` shows its holds at each step)."""
+    if stage == "depend":
+        (create,) = service.requests("dws.create")[-1:]
+        h.rpc(
+            "job-manager.dws.resource-update",
+            {"id": jobid, "resources": create["resources"], "exclude": None},
+        ).get()
+        stage = "prolog"
+    if stage == "prolog":
+        wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
+        h.rpc("job-manager.dws.prolog-remove", {"id": jobid, "variables": {}}).get()
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"), timeout=30)
+    if inst is not None:
+        assert listed(inst, jobid) == IN_EPILOG
+    h.rpc("job-manager.dws.epilog-remove", {"id": jobid}).get()
+    wait_inactive(h, jobid, timeout=30)
+    events = eventlog(h, jobid)
+    assert not named(events, "exception"), [(e.name, e.context) for e in events]
+    assert named(events, "start")
+    assert contexts(events, "prolog-finish", "dws-setup")[0]["status"] == 0
+    assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 0
+    return events
+
+
+@pytest.mark.parametrize("setup", SETUPS)
+def test_list_shows_a_rabbit_jobs_holds_with_their_points(setup, instance, dws):
+    inst = instance(SETUPS[setup])
+    h, service, jobid = in_depend(inst, dws)
+    assert listed(inst, jobid) == IN_DEPEND
+    assert logged(inst) >= set(IN_DEPEND)
+    (create,) = service.requests("dws.create")
+    h.rpc(
+        "job-manager.dws.resource-update",
+        {"id": jobid, "resources": create["resources"], "exclude": None},
+    ).get()
+    wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
+    assert listed(inst, jobid) == IN_PROLOG
+    finish(h, service, jobid, "prolog", inst)
+    assert listed(inst) == {}
+
+
+@pytest.mark.parametrize(
+    "steps",
+    [
+        ("dws",),
+        ("gate",),
+        ("gate", "dws"),
+        ("dws", "gate"),
+    ],
+    ids=lambda steps: "reload-" + "-".join(steps),
+)
+def test_reloads_of_either_plugin_keep_the_holds(steps, instance, dws):
+    inst = instance(SETUPS["gate-then-dws"])
+    h, service, jobid = in_depend(inst, dws)
+    paths = {"gate": GATE, "dws": DWS}
+    for count, name in enumerate(steps, 1):
+        remove(inst, paths[name])
+        if count < 2:
+            assert listed(inst, jobid) == IN_DEPEND
+    for name in steps:
+        load(inst, paths[name])
+        assert listed(inst, jobid) == IN_DEPEND
+    finish(h, service, jobid)
+    # The service was asked to create the workflow once.
+    assert len(service.requests("dws.create")) == 1
+
+
+def advance(h, service, jobid, stage):
+    """Take a job held in DEPEND on to ``stage``: held in its prolog or
+    its epilog (the service's requests sent by hand)."""
+    if stage == "depend":
+        return IN_DEPEND
+    (create,) = service.requests("dws.create")
+    h.rpc(
+        "job-manager.dws.resource-update",
+        {"id": jobid, "resources": create["resources"], "exclude": None},
+    ).get()
+    wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
+    if stage == "prolog":
+        return IN_PROLOG
+    h.rpc("job-manager.dws.prolog-remove", {"id": jobid, "variables": {}}).get()
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"), timeout=30)
+    return IN_EPILOG
+
+
+@pytest.mark.parametrize("stage", ["depend", "prolog", "epilog"])
+@pytest.mark.parametrize("kind", ["restart", "sigkill"])
+@pytest.mark.parametrize("setup", ["dws-alone", "gate-then-dws"])
+def test_holds_are_recovered_after_a_restart(stage, kind, setup, instance, dws):
+    inst = instance(SETUPS[setup])
+    h, service, jobid = in_depend(inst, dws)
+    (create,) = service.requests("dws.create")
+    expected = advance(h, service, jobid, stage)
+    assert listed(inst, jobid) == expected
+    service.stop()
+    if kind == "restart":
+        inst.stop()
+    else:
+        inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
+        inst.kill()
+    inst.start()
+    h = inst.handle()
+    assert listed(inst, jobid) == expected
+    service = dws(inst, *HANG)
+    if stage == "depend":
+        h.rpc(
+            "job-manager.dws.resource-update",
+            {"id": jobid, "resources": create["resources"], "exclude": None},
+        ).get()
+    finish(h, service, jobid, "epilog" if stage == "epilog" else "prolog", inst)
+    # Nothing is asked again of the service that it was asked before.
+    asked = {"depend": 1, "prolog": 2, "epilog": 3}[stage]
+    for topic in ("dws.create", "dws.setup", "dws.post_run")[:asked]:
+        assert service.requests(topic) == [], topic
+
+
+def test_the_gate_alone_never_sees_a_rabbit_job(instance):
+    # Without dws.so a dw job is a plain job to the gate.
+    inst = instance([GATE])
+    h = inst.handle()
+    jobid = submit(h, duration=0.1, **DW)
+    wait_inactive(h, jobid)
+    assert "dependency-add" not in [e.name for e in eventlog(h, jobid)]
+    assert listed(inst) == {}
+    with pytest.raises(OSError):
+        h.rpc("job-manager.dws.list", {}).get()
+
+
+#: One step of a site's: remove or load one of the two plugins.
+STEP = st.tuples(st.sampled_from(["remove", "load"]), st.sampled_from(["gate", "dws"]))
+
+
+@settings(
+    max_examples=4,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(steps=st.lists(STEP, min_size=1, max_size=5))
+def test_any_sequence_of_loads_and_removes_keeps_the_holds(steps, tmp_path_factory):
+    # The gate outlives every load and remove: whichever plugins are
+    # loaded, the job's holds are the same, and once both are back the
+    # service finishes the job.
+    tmp = tmp_path_factory.mktemp("dws")
+    with Instance(cores=8, plugin=GATE, plugins=[(DWS, {})]) as inst:
+        service = test_dws.FakeDws(inst, str(tmp), *HANG)
+        try:
+            h, _, jobid = in_depend(inst, lambda *a: service)
+            paths = {"gate": GATE, "dws": DWS}
+            loaded = {"gate", "dws"}
+            for action, name in steps:
+                if (action == "load") == (name in loaded):
+                    continue
+                (load if action == "load" else remove)(inst, paths[name])
+                loaded ^= {name}
+                if loaded:
+                    assert listed(inst, jobid) == IN_DEPEND, (action, name)
+            for name in {"gate", "dws"} - loaded:
+                load(inst, paths[name])
+            finish(h, service, jobid)
+            assert len(service.requests("dws.create")) == 1
+        finally:
+            service.stop()
+
+
+def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):
+    # dws.so loads first and begins the gate's recovery; epilog-gate.so,
+    # loaded next, takes the gate over before it is complete: dws still
+    # takes the epilog timeouts over once the gate's view is complete.
+    timeout = 10.0
+    inst = Instance(
+        cores=8,
+        plugin=DWS,
+        plugin_conf={"epilog-timeout": timeout},
+        plugins=[(GATE, {})],
+    )
+    inst.start()
+    try:
+        h, service, jobid = in_depend(inst, dws)
+        advance(h, service, jobid, "epilog")
+        service.stop()
+        inst.stop()
+        inst.start()
+        h = inst.handle()
+        wait_inactive(h, jobid, timeout=timeout + 30)
+        events = eventlog(h, jobid)
+        (exc,) = [e.context for e in named(events, "exception")]
+        assert exc["type"] == "dws-epilog-timeout"
+        assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 1
+    finally:
+        inst.stop()
+        inst.cleanup()
+
+
+def test_a_hold_active_while_dws_was_removed_is_started_at_its_load(instance, dws):
+    # epilog-gate.so drove the gate on its own: the job reached its epilog
+    # point and dws-epilog became active.  Loaded again, dws.so asks the
+    # service for it, as it would have then.
+    inst = instance(SETUPS["gate-then-dws"])
+    h = inst.handle()
+    service = dws(inst, *HANG)
+    jobid = submit(h, duration=3, **DW)
+    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+    service.wait(lambda: service.requests("dws.create"))
+    advance(h, service, jobid, "prolog")
+    h.rpc("job-manager.dws.prolog-remove", {"id": jobid, "variables": {}}).get()
+    wait_event(h, jobid, "start")
+    remove(inst, DWS)
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"), timeout=30)
+    assert listed(inst, jobid) == IN_EPILOG
+    assert service.requests("dws.post_run") == []
+    load(inst, DWS)
+    service.wait(lambda: service.requests("dws.post_run"))
+    assert service.requests("dws.post_run") == [{"jobid": jobid, "run_started": True}]
+    h.rpc("job-manager.dws.epilog-remove", {"id": jobid}).get()
+    wait_inactive(h, jobid, timeout=30)
+    events = eventlog(h, jobid)
+    assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 0
