@@ -196,7 +196,7 @@ def growth_run(plugins, sizes, cores, settle, repeat):
 
 def hold_windowed(client, ids, window=HOLD_WINDOW):
     """Hold every job of ``ids``, ``window`` requests in flight."""
-    for i, jobid in enumerate(ids):
+    for jobid in ids:
         client.hold(jobid)
         if client.pending_responses >= window:
             client.run_until(
