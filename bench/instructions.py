@@ -44,9 +44,10 @@ sys.path.insert(0, HERE)
 import options  # noqa: E402
 from client import Client  # noqa: E402
 from common import RESULTS, Plugins, spec_for  # noqa: E402
-from flux_epilog_gate.paths import plugin_path  # noqa: E402
 from observer import Broker  # noqa: E402
 from throughput import drive  # noqa: E402
+
+from flux_epilog_gate.paths import plugin_path  # noqa: E402
 
 #: bench/run.py's configurations, and the gate with annotations on (what
 #: they cost is counted here only: they do not change jobs/s measurably).
