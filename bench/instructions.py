@@ -4,6 +4,7 @@
     python bench/instructions.py                  # every configuration
     python bench/instructions.py --configs bare,gate-idle --jobs 200
     python bench/instructions.py --workloads exception,normal
+    python bench/instructions.py --workloads rabbit --jobs 50
 
 Jobs/s on a shared 2-core machine move by 10-20% from run to run;
 instruction counts do not.  For each configuration of bench/run.py this
@@ -16,6 +17,12 @@ job-manager thread's instructions per job, with the share spent in Python
 each jobtap call against every handler of every plugin with it).  It is
 slow (about half a minute per configuration and workload) and needs
 valgrind.
+
+The ``rabbit`` workload has configurations of its own (RABBIT): each job
+carries ``attributes.system.dw`` and is submitted, held in DEPEND, its
+prolog and its epilog by the ``dws`` plugin, each hold released at once
+by the project's fake DWS service (t/dws_service.py), and run to its
+clean; submission is part of what is counted, in every configuration.
 """
 
 import argparse
@@ -29,6 +36,8 @@ import sys
 import tempfile
 import time
 
+import flux.job
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
@@ -38,13 +47,85 @@ from common import RESULTS, Plugins, spec_for  # noqa: E402
 from observer import Broker  # noqa: E402
 from throughput import drive  # noqa: E402
 
+from flux_epilog_gate.paths import plugin_path  # noqa: E402
+
 #: bench/run.py's configurations, and the gate with annotations on (what
 #: they cost is counted here only: they do not change jobs/s measurably).
 CONFIGS = dict(options.CONFIGS, **{"gate-annotate": ("gate", True, {"annotate": True})})
 
+#: The rabbit workload's configurations: name -> the plugins loaded, in
+#: order.  "bare" runs the same jobs; without the plugin their dw
+#: attribute is ignored.
+RABBIT = {
+    "bare": (),
+    "bare-again": (),
+    "dws": ("dws",),
+    "dws+gate": ("epilog-gate", "dws"),
+}
+WORKLOADS = (*options.WORKLOADS, "rabbit")
+DW = "#DW jobdw type=xfs capacity=1GiB name=bench"
+SERVICE = os.path.join(HERE, "..", "t", "dws_service.py")
+
 PYTHON_OBJECTS = ("libpython", "_cffi_backend")
 JOB_MANAGER_FUNCTION = "event_job_process_entry"
 FNMATCH = "fnmatch.c:fnmatch@@"
+
+
+def instrumented(h):
+    """Switch callgrind's instrumentation of the broker on and, on
+    leaving, off again, and dump the profile."""
+    pid = h.attr_get("broker.pid")
+    control = ["callgrind_control", "-i"]
+
+    class Window:
+        def __enter__(self):
+            subprocess.run([*control, "on", pid], check=True, capture_output=True)
+
+        def __exit__(self, *exc):
+            subprocess.run([*control, "off", pid], check=True, capture_output=True)
+            subprocess.run(
+                ["callgrind_control", "-d", pid], check=True, capture_output=True
+            )
+
+    return Window()
+
+
+def run_rabbits(client, count, spec):
+    """Submit ``count`` rabbit jobs and run until every one is clean."""
+    encoded = spec.dumps()
+    futures = [flux.job.submit_async(client.h, encoded) for _ in range(count)]
+    ids = [int(f.get_id()) for f in futures]
+    client.outstanding = set(ids) - set(client.cleaned)
+    client.run_until(lambda: not client.outstanding, what="clean rabbit jobs")
+
+
+def inner_rabbit(config, jobs, outdir):
+    """Inside the instance: load the configuration's plugins, start the
+    fake DWS service, warm up, then run ``jobs`` rabbit jobs with
+    callgrind's instrumentation on."""
+    import flux
+
+    h = flux.Flux()
+    for name in RABBIT[config]:
+        h.rpc("job-manager.jobtap", {"load": plugin_path(name)}).get()
+    service = subprocess.Popen(
+        [sys.executable, SERVICE, os.path.join(outdir, "dws.log")],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        if service.stdout.readline().strip() != "ready":
+            raise RuntimeError("instructions: the fake DWS service did not start")
+        client = Client(h)
+        spec = spec_for("normal")
+        spec.setattr("system.dw", DW)
+        run_rabbits(client, 10, spec)
+        Broker(h).quiesce()
+        with instrumented(h):
+            run_rabbits(client, jobs, spec)
+    finally:
+        service.kill()
+        service.wait()
 
 
 def inner(config, workload, jobs, outdir):
@@ -52,6 +133,9 @@ def inner(config, workload, jobs, outdir):
     drive ``jobs`` jobs with callgrind's instrumentation on."""
     import flux
 
+    if workload == "rabbit":
+        inner_rabbit(config, jobs, outdir)
+        return
     plugin_kind, gated, conf = CONFIGS[config]
     plugins = Plugins(outdir)
     h = flux.Flux()
@@ -63,12 +147,8 @@ def inner(config, workload, jobs, outdir):
     drive(client, warm, workload, gated)
     ids = client.submit_held(jobs, spec)
     Broker(h).quiesce()
-    pid = h.attr_get("broker.pid")
-    control = ["callgrind_control", "-i"]
-    subprocess.run([*control, "on", pid], check=True, capture_output=True)
-    drive(client, ids, workload, gated)
-    subprocess.run([*control, "off", pid], check=True, capture_output=True)
-    subprocess.run(["callgrind_control", "-d", pid], check=True, capture_output=True)
+    with instrumented(h):
+        drive(client, ids, workload, gated)
 
 
 def measure(config, jobs, workdir, workload="exception"):
@@ -173,6 +253,9 @@ RATIOS = (
     ("gate", "native"),
     ("gate", "native-durable"),
     ("native-durable", "native"),
+    ("dws", "bare"),
+    ("dws+gate", "bare"),
+    ("dws+gate", "dws"),
 )
 
 
@@ -193,13 +276,30 @@ def report(results, jobs, workload):
             print(f"  {a} / {b}: {ratio:.3f}")
 
 
+def configs_of(workload, names):
+    """The configurations ``names`` (comma-separated; None: all) of
+    ``workload``, checked."""
+    known = RABBIT if workload == "rabbit" else CONFIGS
+    configs = names.split(",") if names else list(known)
+    unknown = [c for c in configs if c not in known]
+    if unknown:
+        raise SystemExit(
+            f"instructions: unknown configuration {unknown[0]!r} of {workload}"
+        )
+    return configs
+
+
 def parse_args():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument(
+        "--configs",
+        help=f"comma-separated, of {','.join(CONFIGS)} "
+        f"(rabbit workload: of {','.join(RABBIT)}); default: all",
+    )
     parser.add_argument(
         "--workloads",
         default="exception",
-        help=f"comma-separated, of {','.join(options.WORKLOADS)}",
+        help=f"comma-separated, of {','.join(WORKLOADS)}",
     )
     parser.add_argument("--jobs", type=int, default=300)
     parser.add_argument("--output", help="JSON results file")
@@ -217,20 +317,17 @@ def main():
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if not shutil.which(tool):
             raise SystemExit(f"instructions: {tool} not found (install valgrind)")
-    configs = args.configs.split(",")
-    unknown = [c for c in configs if c not in CONFIGS]
-    if unknown:
-        raise SystemExit(f"instructions: unknown configuration {unknown[0]!r}")
     workloads = args.workloads.split(",")
-    if any(w not in options.WORKLOADS for w in workloads):
-        raise SystemExit(f"instructions: workloads are {','.join(options.WORKLOADS)}")
+    if any(w not in WORKLOADS for w in workloads):
+        raise SystemExit(f"instructions: workloads are {','.join(WORKLOADS)}")
+    plan = {w: configs_of(w, args.configs) for w in workloads}
     results = {}
     with tempfile.TemporaryDirectory(prefix="epilog-gate-cg-") as tmp:
         workdir = args.keep or tmp
         os.makedirs(workdir, exist_ok=True)
         for workload in workloads:
             results[workload] = {}
-            for config in configs:
+            for config in plan[workload]:
                 print(f"instructions: {workload} {config}", file=sys.stderr, flush=True)
                 results[workload][config] = measure(
                     config, args.jobs, workdir, workload

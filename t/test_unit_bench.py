@@ -7,6 +7,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
+import instructions  # noqa: E402
 import run as bench  # noqa: E402
 
 CONFIGS = ["a", "b", "c", "d"]
@@ -86,3 +87,13 @@ def test_a_bad_option_is_refused_with_a_message_that_names_it(argv, message, cap
         bench.parse_args(argv)
     assert exc.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_rabbit_workload_has_configurations_of_its_own():
+    assert instructions.configs_of("rabbit", None) == list(instructions.RABBIT)
+    assert instructions.configs_of("rabbit", "bare,dws") == ["bare", "dws"]
+    assert instructions.configs_of("exception", "bare,gate") == ["bare", "gate"]
+    with pytest.raises(SystemExit, match="unknown configuration 'gate' of rabbit"):
+        instructions.configs_of("rabbit", "bare,gate")
+    with pytest.raises(SystemExit, match="unknown configuration 'dws' of normal"):
+        instructions.configs_of("normal", "dws")
