@@ -82,19 +82,11 @@ def dws(tmp_path):
 
 
 @pytest.fixture
-def rabbit_instance(dws_so):
-    made = []
-
+def rabbit_instance(dws_so, new_instance):
     def make(**conf):
-        inst = Instance(cores=8, plugin=dws_so, plugin_conf=conf)
-        made.append(inst)
-        inst.start()
-        return inst
+        return new_instance(cores=8, plugin=dws_so, plugin_conf=conf)
 
-    yield make
-    for inst in made:
-        inst.stop()
-        inst.cleanup()
+    return make
 
 
 def contexts(events, name, description):

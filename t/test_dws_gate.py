@@ -33,20 +33,12 @@ SETUPS = {
 
 
 @pytest.fixture
-def instance():
-    made = []
-
+def instance(new_instance):
     def make(paths):
         first, *rest = paths
-        inst = Instance(cores=8, plugin=first, plugins=[(p, {}) for p in rest])
-        made.append(inst)
-        inst.start()
-        return inst
+        return new_instance(cores=8, plugin=first, plugins=[(p, {}) for p in rest])
 
-    yield make
-    for inst in made:
-        inst.stop()
-        inst.cleanup()
+    return make
 
 
 def listed(inst, jobid=None):
@@ -131,13 +123,8 @@ def test_list_shows_a_rabbit_jobs_holds_with_their_points(setup, instance, dws):
     h, service, jobid = in_depend(inst, dws)
     assert listed(inst, jobid) == IN_DEPEND
     assert logged(inst) >= set(IN_DEPEND)
-    (create,) = service.requests("dws.create")
-    h.rpc(
-        "job-manager.dws.resource-update",
-        {"id": jobid, "resources": create["resources"], "exclude": None},
-    ).get()
-    wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
-    assert listed(inst, jobid) == IN_PROLOG
+    expected = advance(h, service, jobid, "prolog")
+    assert listed(inst, jobid) == expected
     finish(h, service, jobid, "prolog", inst)
     assert listed(inst) == {}
 
