@@ -150,7 +150,8 @@ def test_annotation_of_a_running_job_appears_at_finish(new_instance):
     inst = new_instance(plugin_conf={"annotate": True})
     handle = inst.handle()
     gate = EpilogGate(handle)
-    jobid = submit(handle, duration=0.5)
+    # Long enough for `flux jobs` to answer while it runs, under load.
+    jobid = submit(handle, duration=8.0)
     gate.hold(jobid, "stage-out")
     wait_event(handle, jobid, "start")
     assert annotation(inst, jobid) == ""

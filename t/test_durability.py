@@ -28,7 +28,7 @@ from flux_epilog_gate.gate.holdlog import KEY, MARKER
 #: Timeout of the hold that is active across the restart, and how long
 #: after its activation the restart begins.  A timer restarted from zero
 #: would fire at least LEAD seconds too late, far beyond SLACK.
-TIMEOUTS = {"jobtap": 6.0, "module": 6.0, "instance": 12.0}
+TIMEOUTS = {"jobtap": 9.0, "module": 9.0, "instance": 16.0}
 LEAD = 3.0
 SLACK = 2.0
 #: A pending hold with its own timeout: the clock must not run until the
