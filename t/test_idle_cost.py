@@ -16,16 +16,17 @@ import shutil
 import sys
 import tempfile
 
-import pytest
-
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import instructions  # noqa: E402
+from conftest import skip_unless  # noqa: E402
 
 JOBS = 40
 
 
-@pytest.mark.skipif(not shutil.which("valgrind"), reason="needs valgrind")
 def test_an_idle_plugin_adds_no_fnmatch_and_no_python_to_a_job():
+    skip_unless(
+        shutil.which("valgrind"), "valgrind is not installed (apt install valgrind)"
+    )
     with tempfile.TemporaryDirectory(prefix="idle-cost-") as tmp:
         bare = instructions.measure("bare", JOBS, tmp)
         idle = instructions.measure("gate-idle", JOBS, tmp)
