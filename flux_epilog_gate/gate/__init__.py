@@ -369,9 +369,10 @@ class Gate:
 
     # Recovery (the loader's)
 
-    def begin_recovery(self, jobid, userid):
-        """A job whose holds will be known once its eventlog is read."""
-        self.recovery.begin(jobid, userid)
+    def begin_recovery(self, jobid, userid, keep=True):
+        """A job whose holds will be known once its eventlog is read
+        (``keep``: see :meth:`Recovery.begin`)."""
+        self.recovery.begin(jobid, userid, keep)
 
     def end_recovery(self, jobid, events):
         """Rebuild a job's holds from its eventlog ``events``."""
