@@ -45,6 +45,10 @@ class Jobtap:
         self.topics = dict(topics or {})
         #: The plugin's name (set by the runtime).
         self.plugin_name = None
+        #: True while the instance is being destroyed (set by the
+        #: runtime): its C state is gone already, so the calls that need
+        #: it (mark, forward...) fail with EINVAL.
+        self.unloading = False
         self.flux = flux.Flux(
             handle=flux_ffi.cast("flux_t *", self.address(lib.flux_jobtap_get_flux(p)))
         )

@@ -346,6 +346,7 @@ class _Runtime:
 
     def unload(self, handle):
         plugin = self.ffi.from_handle(handle)
+        plugin.jobtap.unloading = True
         try:
             plugin.unload()
         except Exception:

@@ -211,7 +211,9 @@ class GateDriver(Plugin):
         self._listeners_changed()
 
     def _listeners_changed(self):
-        if self.driving and self.jobtap.p is not None:
+        # A listener that leaves as its plugin unloads may leave this
+        # driver's port being destroyed: nothing is sent to it any more.
+        if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
             self.jobtap.forward("job.event.exception", bool(self.gate.listeners))
 
     def _watch_shutdown(self):
