@@ -471,9 +471,8 @@ def bootstrap(ffi, lib, target):
     def runtime_py_unload(handle):
         runtime.unload(handle)
 
-    @ffi.def_extern(error=-1, onerror=_onerror)
-    def runtime_py_job(handle, index, jobid, state, userid, args):
-        return runtime.job(handle, index, jobid, state, userid, args)
+    # The runtime's method itself: a job's call is the most frequent.
+    ffi.def_extern(name="runtime_py_job", error=-1, onerror=_onerror)(runtime.job)
 
     @ffi.def_extern(error=-1, onerror=_onerror)
     def runtime_py_plugin(handle, index, args):
