@@ -600,6 +600,12 @@ static inline void *runtime_method_self (void *arg)
  * commit already sent out all the same), so no answer ever reaches an
  * instance that is gone.
  */
+/* The instance whose Python unload is running: its state is off its
+ * flux_plugin_t already (runtime_ctx_get fails), but what Python commits
+ * then (the records it still had queued) must still go out.
+ */
+static struct runtime_ctx *runtime_unloading;
+
 struct runtime_commit {
     struct runtime_ctx *ctx;
     flux_future_t *f;
@@ -655,12 +661,16 @@ static void runtime_commit_cb (flux_future_t *f, void *arg)
 int runtime_kvs_commit (flux_plugin_t *p, const char *key, const char *value,
                         int append, int sync, int64_t cookie)
 {
-    struct runtime_ctx *ctx = runtime_ctx_get (p);
+    struct runtime_ctx *ctx = flux_plugin_aux_get (p, RUNTIME_CTX);
     flux_kvs_txn_t *txn = NULL;
     struct runtime_commit *c = NULL;
 
-    if (!ctx)
+    if (!ctx && runtime_unloading && runtime_unloading->p == p)
+        ctx = runtime_unloading;
+    if (!ctx) {
+        errno = EINVAL;
         return -1;
+    }
     if (!(c = calloc (1, sizeof (*c))) || !(txn = flux_kvs_txn_create ())
         || flux_kvs_txn_put (txn, append ? FLUX_KVS_APPEND : 0, key, value) < 0
         || !(c->f = flux_kvs_commit (flux_jobtap_get_flux (p), NULL,
@@ -701,8 +711,11 @@ static void runtime_ctx_destroy (void *arg)
 {
     struct runtime_ctx *ctx = arg;
 
-    if (ctx->self)
+    if (ctx->self) {
+        runtime_unloading = ctx;
         runtime_py_unload (ctx->self);
+        runtime_unloading = NULL;
+    }
     for (size_t i = 0; i < RUNTIME_NCALLERS; i++)
         flux_msg_handler_destroy (ctx->callers[i]);
     flux_watcher_destroy (ctx->idle);
