@@ -4,6 +4,7 @@ in flight share one synced write, and holds that become active at once
 are recorded too."""
 
 import errno
+import time
 
 import flux.job
 import pytest
@@ -126,8 +127,6 @@ def test_records_queued_when_the_plugin_is_removed_are_sent_at_once(
     """The unload sends the records still queued behind the commit in
     flight: every hold the plugin took in (acknowledged, or answered
     EAGAIN as it went away) is in the log with no next load."""
-    import time
-
     inst = new_instance(plugin=None)
     inst.flux("jobtap", "load", plugin)
     handle = inst.handle()
