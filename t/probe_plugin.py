@@ -30,6 +30,8 @@ class Probe(Plugin):
         self.events = {}
         self.answers = {}
         self.kept = set()
+        #: How many times each commit's callback ran, by its number.
+        self.commit_calls = {}
 
     @plugin_topic("conf.update")
     def configure(self, args):
@@ -60,6 +62,10 @@ class Probe(Plugin):
 
     @job_topic("job.event.probe-note")
     def note(self, job):
+        self.record(job)
+
+    @job_topic("job.event.probe-switched", switched=True)
+    def switched(self, job):
         self.record(job)
 
     def record(self, job):
@@ -160,6 +166,50 @@ class Probe(Plugin):
     @request("answers")
     def answered(self, request):
         request.respond(self.answers)
+
+    @request("switch")
+    def switch(self, request):
+        """``{on}``: send job.event.probe-switched of marked jobs, or stop."""
+        self.jobtap.forward("job.event.probe-switched", bool(request.payload["on"]))
+        request.respond(None)
+
+    @request("commit")
+    def commit(self, request):
+        """``{n, key, value, append?, sync?, fail?}``: write with
+        ``kvs_commit``; answer once its callback ran: ``{}``, or
+        ``{errno, text}`` of the error it was given.  With ``fail`` the
+        callback raises instead (and answers nothing)."""
+        payload = request.payload
+        msg = request.keep()
+        self.kept.add(msg)
+        number = payload["n"]
+        self.commit_calls[number] = 0
+
+        def committed(error):
+            self.commit_calls[number] += 1
+            self.kept.discard(msg)
+            if payload.get("fail"):
+                raise RuntimeError("commit callback fails on purpose")
+            if error is None:
+                self.jobtap.send(msg, {})
+            else:
+                self.jobtap.send(msg, {"errno": error.errno, "text": error.strerror})
+
+        try:
+            self.jobtap.kvs_commit(
+                payload["key"],
+                payload["value"],
+                payload.get("append", False),
+                committed,
+                sync=payload.get("sync", False),
+            )
+        except OSError as exc:
+            self.kept.discard(msg)
+            raise RequestError(exc.errno, f"commit: {exc.strerror}") from None
+
+    @request("commit-calls")
+    def commit_counts(self, request):
+        request.respond({str(n): count for n, count in self.commit_calls.items()})
 
     @request("missing")
     def missing(self, request):

@@ -4,6 +4,7 @@ in flight share one synced write, and holds that become active at once
 are recorded too."""
 
 import errno
+import time
 
 import flux.job
 import pytest
@@ -118,6 +119,36 @@ def test_requests_in_flight_when_the_plugin_is_removed_are_all_answered(
     jobs = recorded(inst)
     assert all(jobid in jobs for jobid in jobids)
     assert dmesg(inst, "uncaught") == [] and inst.alive()
+
+
+def test_records_queued_when_the_plugin_is_removed_are_sent_at_once(
+    new_instance, plugin
+):
+    """The unload sends the records still queued behind the commit in
+    flight: every hold the plugin took in (acknowledged, or answered
+    EAGAIN as it went away) is in the log with no next load."""
+    inst = new_instance(plugin=None)
+    inst.flux("jobtap", "load", plugin)
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobids = [submit(handle, urgency=0) for _ in range(200)]
+    futures = [gate.hold_async(jobid, "bb") for jobid in jobids]
+    handle.rpc("job-manager.jobtap", {"remove": "epilog-gate.so"}).get()
+    taken = []
+    for jobid, future in zip(jobids, futures):
+        try:
+            future.get()
+            taken.append(jobid)
+        except OSError as exc:
+            assert exc.errno in (errno.EAGAIN, errno.ENOSYS), exc
+            if exc.errno == errno.EAGAIN:
+                taken.append(jobid)
+    assert taken
+    deadline = time.time() + 30
+    while not all(jobid in recorded(inst) for jobid in taken):
+        assert time.time() < deadline, sorted(set(taken) - set(recorded(inst)))
+        time.sleep(0.2)
+    assert dmesg(inst, "recording holds in") == [] and inst.alive()
 
 
 def test_without_a_backing_store_holds_are_recorded_without_sync(inst):

@@ -6,6 +6,7 @@ exceptions, subscriptions, services, and jobspec-key filters in C.
 t/probe_plugin.py is the plugin; it is built here with the runtime's
 build helper, as a plugin author builds one."""
 
+import errno
 import json
 import os
 import subprocess
@@ -15,6 +16,8 @@ import time
 import flux
 import flux.job
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from jobs import eventlog, names, submit, wait_event, wait_inactive
 
 from flux_epilog_gate.testing import Instance
@@ -212,3 +215,166 @@ def test_jobmanager_id_is_kept_by_a_job_manager_and_new_with_the_next(probe_so):
         inst.flux("module", "reload", "job-manager")
         h = flux.Flux(inst.uri)
         assert rpc(h, "jobmanager-id")["id"] not in (0, first)
+
+
+def test_a_switched_topic_reaches_python_only_while_switched_on(h):
+    # A marked job's call of a topic declared switched=True costs it no
+    # trip into Python until the plugin switches the topic on.
+    jobid = held_job(h)
+    key = str(int(jobid))
+    rpc(h, "post", {"id": jobid, "name": "probe-switched", "context": {"n": 1}})
+    wait_event(h, jobid, "probe-switched", match=lambda c: c == {"n": 1})
+    rpc(h, "switch", {"on": True})
+    rpc(h, "post", {"id": jobid, "name": "probe-switched", "context": {"n": 2}})
+    wait_event(h, jobid, "probe-switched", match=lambda c: c == {"n": 2})
+    rpc(h, "switch", {"on": False})
+    rpc(h, "post", {"id": jobid, "name": "probe-switched", "context": {"n": 3}})
+    wait_event(h, jobid, "probe-switched", match=lambda c: c == {"n": 3})
+    seen = rpc(h, "calls")["events"].get(key, [])
+    assert [e for e in seen if e["name"] == "probe-switched"] == [
+        {"name": "probe-switched", "context": {"n": 2}}
+    ]
+    rpc(h, "release", {"id": jobid})
+    wait_inactive(h, jobid)
+
+
+# KVS commits made and answered by the runtime's C (kvs_commit).
+
+_commits = iter(range(1, 1 << 30))
+
+
+def commit(h, key, value, **options):
+    return h.rpc(
+        "job-manager.probe.commit",
+        dict(n=next(_commits), key=key, value=value, **options),
+    )
+
+
+def kvs_raw(inst, key):
+    return inst.flux("kvs", "get", "--raw", key).stdout
+
+
+def test_kvs_commit_puts_and_appends(inst, h):
+    assert commit(h, "probe.c.log", "first\n").get() == {}
+    assert commit(h, "probe.c.log", "second\n", append=True, sync=True).get() == {}
+    assert kvs_raw(inst, "probe.c.log") == "first\nsecond\n"
+    # A put replaces what was there.
+    assert commit(h, "probe.c.log", "third\n").get() == {}
+    assert kvs_raw(inst, "probe.c.log") == "third\n"
+
+
+@pytest.mark.parametrize(
+    "shape,errnum",
+    [("directory", errno.EISDIR), ("symlink-loop", errno.EOPNOTSUPP)],
+)
+def test_kvs_commit_failure_reaches_the_callback_as_an_oserror(inst, h, shape, errnum):
+    key = f"probe.c.{shape}"
+    if shape == "directory":
+        inst.flux("kvs", "mkdir", key)
+    else:
+        inst.flux("kvs", "link", key, key)
+    answer = commit(h, key, "x\n", append=True).get()
+    assert answer == {"errno": errnum, "text": os.strerror(errnum)}
+
+
+def test_kvs_commit_that_cannot_be_sent_raises_and_never_calls_back(h):
+    n = next(_commits)
+    future = h.rpc("job-manager.probe.commit", {"n": n, "key": "", "value": "x"})
+    with pytest.raises(OSError) as info:
+        future.get()
+    assert info.value.errno == errno.EINVAL
+    assert rpc(h, "commit-calls")[str(n)] == 0
+
+
+def test_each_kvs_commit_calls_back_exactly_once(inst, h):
+    first = next(_commits)
+    futures = [
+        h.rpc(
+            "job-manager.probe.commit",
+            {"n": first + i, "key": "probe.c.many", "value": f"{i}\n", "append": True},
+        )
+        for i in range(1, 201)
+    ]
+    for future in futures:
+        assert future.get() == {}
+    calls = rpc(h, "commit-calls")
+    assert [calls[str(first + i)] for i in range(1, 201)] == [1] * 200
+    lines = kvs_raw(inst, "probe.c.many").splitlines()
+    assert sorted(lines, key=int) == [str(i) for i in range(1, 201)]
+
+
+def test_exception_in_a_kvs_commit_callback_is_logged_not_fatal(inst, h):
+    n = next(_commits)
+    h.rpc(
+        "job-manager.probe.commit",
+        {"n": n, "key": "probe.c.fail", "value": "x", "fail": True},
+    )
+    deadline = time.time() + 30
+    while rpc(h, "commit-calls").get(str(n)) != 1:
+        assert time.time() < deadline
+        time.sleep(0.05)
+    log = inst.flux("dmesg").stdout
+    assert "commit callback fails on purpose" in log
+    assert "kvs commit" in log
+    assert kvs_raw(inst, "probe.c.fail") == "x"
+    assert rpc(h, "echo", {"ok": 1}) == {"echo": {"ok": 1}}
+
+
+def test_plugin_removed_with_kvs_commits_in_flight(probe_so):
+    # The commits' continuations are destroyed with the plugin instance:
+    # none may run into it once it is gone.  The KVS carries out those
+    # already sent; the next load commits again.
+    with Instance(cores=2, plugin=probe_so) as inst:
+        h = inst.handle()
+        for round in range(3):
+            first = next(_commits)
+            for i in range(300):
+                h.rpc(
+                    "job-manager.probe.commit",
+                    {
+                        "n": first + i,
+                        "key": "probe.c.inflight",
+                        "value": f"{round}.{i}\n",
+                        "append": True,
+                        "sync": True,
+                    },
+                )
+            # Behind the commits on the same connection.
+            h.rpc("job-manager.jobtap", {"remove": os.path.basename(probe_so)}).get()
+            inst.flux("jobtap", "load", probe_so)
+        h = flux.Flux(inst.uri)
+        assert commit(h, "probe.c.after", "y", sync=True).get() == {}
+        assert kvs_raw(inst, "probe.c.after") == "y"
+        lines = kvs_raw(inst, "probe.c.inflight").splitlines()
+        assert lines and all(line.count(".") == 1 for line in lines)
+        assert inst.alive()
+        assert "uncaught" not in inst.flux("dmesg").stdout
+
+
+_text = st.text(
+    st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"),
+    max_size=40,
+)
+
+
+@settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(st.lists(st.tuples(st.booleans(), _text, st.booleans()), min_size=1, max_size=4))
+def test_kvs_commit_writes_any_text(inst, h, writes):
+    # Each write is (append, text, sync), in order from one plugin: the
+    # key ends with what a model of put and append says.
+    key = f"probe.c.any{next(_commits)}"
+    expected = ""
+    for append, text, sync in writes:
+        assert commit(h, key, text, append=append, sync=sync).get() == {}
+        expected = expected + text if append else text
+    result = subprocess.run(
+        ["flux", "kvs", "get", "--raw", key],
+        capture_output=True,
+        env=dict(os.environ, FLUX_URI=inst.uri),
+    )
+    assert result.returncode == 0 or expected == "", result.stderr
+    assert result.stdout.decode("utf-8") == expected

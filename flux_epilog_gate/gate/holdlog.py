@@ -80,8 +80,9 @@ import errno
 import json
 import syslog
 from collections import deque
+from math import isfinite
 
-from .holds import CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT, json_scalar
+from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
 from .logparse import ENTRY_NAMES, parse  # noqa: F401 - the log's reader
 
 #: The KVS key of the log.
@@ -153,17 +154,26 @@ def release_entry(hold, status, timestamp):
 def _line(timestamp, name, context):
     """``json.dumps`` of the entry, compact, newline-terminated: written
     out directly when every value needs no escaping (a log line per hold
-    and per release, in the job-manager's thread), else by json."""
+    and per release, in the job-manager's thread: the test of each value
+    is inlined, as a call per value costs more than the writing), else by
+    json."""
     parts = []
     for key, value in context.items():
-        text = json_scalar(value)
-        if text is None:
+        if isinstance(value, str):
+            if not _VERBATIM(value):
+                return _json_line(timestamp, name, context)
+            text = f'"{str.__str__(value)}"'
+        elif type(value) is int or (type(value) is float and isfinite(value)):
+            text = repr(value)
+        else:
             return _json_line(timestamp, name, context)
         parts.append(f'"{key}":{text}')
-    stamp = json_scalar(timestamp)
-    if stamp is None:
+    if type(timestamp) is not float or not isfinite(timestamp):
         return _json_line(timestamp, name, context)
-    return f'{{"timestamp":{stamp},"name":"{name}","context":{{{",".join(parts)}}}}}\n'
+    return (
+        f'{{"timestamp":{timestamp!r},"name":"{name}",'
+        f'"context":{{{",".join(parts)}}}}}\n'
+    )
 
 
 def _json_line(timestamp, name, context):

@@ -19,6 +19,22 @@ class Listeners(list):
     def __init__(self, port):
         super().__init__()
         self.port = port
+        #: Called with no argument when a listener comes or goes: the
+        #: plugin driving the gate has a held job's exceptions sent to it
+        #: only while some listener wants them.
+        self.changed = None
+
+    def append(self, listener):
+        super().append(listener)
+        self._changed()
+
+    def remove(self, listener):
+        super().remove(listener)
+        self._changed()
+
+    def _changed(self):
+        if self.changed is not None:
+            self.changed()
 
     def tell(self, method, *args):
         """Call ``method(*args)`` of every listener; one that raises is

@@ -40,7 +40,8 @@ typedef void (*flux_msg_handler_f)(flux_t *, flux_msg_handler_t *,
 #define FLUX_ROLE_USER ...
 
 enum runtime_topic_mode {
-    RUNTIME_TOPIC_MARKED, RUNTIME_TOPIC_ALL, RUNTIME_TOPIC_WANTED, ...
+    RUNTIME_TOPIC_MARKED, RUNTIME_TOPIC_ALL, RUNTIME_TOPIC_WANTED,
+    RUNTIME_TOPIC_SWITCHED, ...
 };
 enum runtime_plugin_topic { RUNTIME_PLUGIN_CONF, RUNTIME_PLUGIN_QUERY, ... };
 
@@ -55,6 +56,8 @@ extern "Python" void runtime_py_request (void *self, const flux_msg_t *msg,
                                          int method, uint32_t userid,
                                          uint32_t rolemask,
                                          const char *payload);
+extern "Python" void runtime_py_commit (void *self, int64_t cookie,
+                                        int errnum, const char *errstr);
 
 const char *runtime_name (void);
 void runtime_request_cb (flux_t *h, flux_msg_handler_t *mh,
@@ -80,6 +83,8 @@ int runtime_service_register (flux_plugin_t *p, const char *name, int index,
 int runtime_error (flux_plugin_t *p, flux_plugin_arg_t *args,
                    const char *text);
 void runtime_log (flux_plugin_t *p, int level, const char *text);
+int runtime_kvs_commit (flux_plugin_t *p, const char *key, const char *value,
+                        int append, int sync, int64_t cookie);
 
 const flux_msg_t *flux_msg_incref (const flux_msg_t *msg);
 void flux_msg_decref (const flux_msg_t *msg);

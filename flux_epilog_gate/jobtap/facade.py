@@ -19,7 +19,6 @@ import traceback
 import flux
 import flux.constants
 from flux.core.inner import ffi as flux_ffi
-from flux.core.inner import lib as flux_lib
 from flux.core.inner import raw
 from flux.eventlog import EventLogEvent
 from flux.future import Future
@@ -46,6 +45,10 @@ class Jobtap:
         self.topics = dict(topics or {})
         #: The plugin's name (set by the runtime).
         self.plugin_name = None
+        #: True while the instance is being destroyed (set by the
+        #: runtime): its C state is gone already, so the calls that need
+        #: it (mark, forward...) fail with EINVAL.
+        self.unloading = False
         self.flux = flux.Flux(
             handle=flux_ffi.cast("flux_t *", self.address(lib.flux_jobtap_get_flux(p)))
         )
@@ -54,7 +57,10 @@ class Jobtap:
         self.h = lib.flux_jobtap_get_flux(p)
         self._names = {}
         self._lookups = set()
-        self._commits = set()
+        #: Callbacks of the KVS commits in flight, by the number C
+        #: answers with (see kvs_commit).
+        self._commits = {}
+        self._next_commit = 1
         self._streams = set()
         self._rpcs = set()
 
@@ -233,7 +239,7 @@ class Jobtap:
 
     def forward(self, topic, on=True):
         """Send ``topic`` (declared ``every_job=True``) for every job, or
-        stop."""
+        (declared ``switched=True``) for marked jobs; or stop."""
         self.check(self.lib.runtime_forward(self.p, self.topics[topic], int(on)))
 
     def seen_jobmanager(self):
@@ -264,38 +270,42 @@ class Jobtap:
         """Write (``append``: append) ``text`` to KVS ``key`` without
         blocking; later call ``callback(error)``, None on success.  With
         ``sync`` the KVS flushes the content store and checkpoints the
-        new root before it answers (FLUX_KVS_SYNC)."""
-        # The bindings' cffi functions themselves, not their checking
-        # wrappers (``raw``): this runs for every batch of records, and a
-        # wrapper costs more than its call.
-        txn = flux_lib.flux_kvs_txn_create()
-        if txn == flux_ffi.NULL:
-            raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
-        try:
-            flags = flux_lib.FLUX_KVS_APPEND if append else 0
-            if flux_lib.flux_kvs_txn_put(txn, flags, key.encode(), text.encode()) < 0:
-                raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
-            commit_flags = flux_lib.FLUX_KVS_SYNC if sync else 0
-            handle = flux_lib.flux_kvs_commit(
-                self.flux.handle, flux_ffi.NULL, commit_flags, txn
+        new root before it answers (FLUX_KVS_SYNC).  OSError if the commit
+        cannot be sent (then ``callback`` is never called)."""
+        # Made and answered in C (runtime_kvs_commit): this runs for every
+        # batch of records, and a bindings Future with a closure per commit
+        # costs more than the commit itself.  C calls back committed() with
+        # the number given here.
+        cookie = self._next_commit
+        if (
+            self.lib.runtime_kvs_commit(
+                self.p, self.name(key), text.encode(), append, sync, cookie
             )
-            if handle == flux_ffi.NULL:
-                raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
-            future = Future(handle)
-        finally:
-            flux_lib.flux_kvs_txn_destroy(txn)
-        self._commits.add(future)
+            < 0
+        ):
+            raise self.oserror()
+        self._next_commit = cookie + 1
+        self._commits[cookie] = callback
 
-        def done(future):
-            self._commits.discard(future)
-            try:
-                future.get()
-            except OSError as exc:
-                callback(exc)
-                return
-            callback(None)
-
-        future.then(self.contained("kvs commit", done))
+    def committed(self, cookie, errnum, errstr):
+        """The KVS answered commit ``cookie`` (0 or the errno of its
+        failure, with the future's error text if any): call its callback,
+        contained like every reactor callback."""
+        callback = self._commits.pop(cookie, None)
+        if callback is None or self.p is None:
+            return
+        error = None
+        if errnum:
+            text = (
+                self.ffi.string(errstr).decode("utf-8", "replace")
+                if errstr != self.ffi.NULL
+                else os.strerror(errnum)
+            )
+            error = OSError(errnum, text)
+        try:
+            callback(error)
+        except Exception:  # noqa: BLE001 - nothing may escape
+            self.log_exception("kvs commit")
 
     def kvs_get(self, key):
         """The value of KVS ``key`` as bytes, waited for (for the load

@@ -34,7 +34,7 @@ import traceback
 from .facade import Jobtap
 
 #: How a job topic reaches Python (runtime.c's enum runtime_topic_mode).
-MARKED, EVERY_JOB, WANTED = "marked", "every_job", "wanted"
+MARKED, EVERY_JOB, WANTED, SWITCHED = "marked", "every_job", "wanted", "switched"
 
 #: The plugin topics a plugin may handle.
 PLUGIN_TOPICS = ("conf.update", "plugin.query")
@@ -58,7 +58,7 @@ class RequestError(Exception):
         self.message = message
 
 
-def job_topic(topic, every_job=False, wanted=False, requires=None):
+def job_topic(topic, every_job=False, wanted=False, requires=None, switched=False):
     """Declare a handler ``method(self, job)`` of job topic ``topic``
     (``job.new``, ``job.state.STATE`` or ``job.event.NAME``).
 
@@ -66,6 +66,9 @@ def job_topic(topic, every_job=False, wanted=False, requires=None):
     it: other jobs never enter Python.  ``every_job``: every job's, while
     switched on with :meth:`Jobtap.forward` (``job.new``: only this way).
     ``wanted``: a marked job's, once it asked with :meth:`Jobtap.want`.
+    ``switched``: a marked job's, only while switched on with
+    :meth:`Jobtap.forward` (off at first: a handler that has nothing to
+    do most of the time costs no trip into Python then).
     A ``job.event.*`` call comes only for marked jobs subscribed with
     ``mark(id, events=True)``.  ``requires``: a jobspec key path
     (``"attributes.system.dw"``): only jobs whose jobspec has it reach the
@@ -73,15 +76,19 @@ def job_topic(topic, every_job=False, wanted=False, requires=None):
     """
     if topic != "job.new" and not topic.startswith(_JOB_PREFIXES):
         raise ValueError(f"{topic}: not job.new, job.state.* or job.event.*")
-    if every_job and wanted:
-        raise ValueError(f"{topic}: every_job and wanted exclude each other")
+    if sum(map(bool, (every_job, wanted, switched))) > 1:
+        raise ValueError(f"{topic}: every_job, wanted and switched exclude each other")
     if topic == "job.new" and not every_job:
         raise ValueError("job.new: a new job is never marked: say every_job=True")
     if requires is not None and (
         not isinstance(requires, str) or not requires or len(requires) >= 128
     ):
         raise ValueError(f"{topic}: requires: {requires!r}: not a jobspec key path")
-    mode = EVERY_JOB if every_job else WANTED if wanted else MARKED
+    mode = (
+        EVERY_JOB
+        if every_job
+        else WANTED if wanted else SWITCHED if switched else MARKED
+    )
     return _declare("_jobtap_job", (topic, mode, requires))
 
 
@@ -297,6 +304,7 @@ class _Runtime:
             MARKED: lib.RUNTIME_TOPIC_MARKED,
             EVERY_JOB: lib.RUNTIME_TOPIC_ALL,
             WANTED: lib.RUNTIME_TOPIC_WANTED,
+            SWITCHED: lib.RUNTIME_TOPIC_SWITCHED,
         }
         self.topic_modes = [(t, modes[m], r) for t, m, r, _ in cls._job_topics]
         self.topics = {t: i for i, (t, _, _, _) in enumerate(cls._job_topics)}
@@ -338,6 +346,7 @@ class _Runtime:
 
     def unload(self, handle):
         plugin = self.ffi.from_handle(handle)
+        plugin.jobtap.unloading = True
         try:
             plugin.unload()
         except Exception:
@@ -462,9 +471,8 @@ def bootstrap(ffi, lib, target):
     def runtime_py_unload(handle):
         runtime.unload(handle)
 
-    @ffi.def_extern(error=-1, onerror=_onerror)
-    def runtime_py_job(handle, index, jobid, state, userid, args):
-        return runtime.job(handle, index, jobid, state, userid, args)
+    # The runtime's method itself: a job's call is the most frequent.
+    ffi.def_extern(name="runtime_py_job", error=-1, onerror=_onerror)(runtime.job)
 
     @ffi.def_extern(error=-1, onerror=_onerror)
     def runtime_py_plugin(handle, index, args):
@@ -473,6 +481,10 @@ def bootstrap(ffi, lib, target):
     @ffi.def_extern(onerror=_onerror)
     def runtime_py_request(handle, msg, index, userid, rolemask, text):
         runtime.request(handle, msg, index, userid, rolemask, text)
+
+    @ffi.def_extern(onerror=_onerror)
+    def runtime_py_commit(handle, cookie, errnum, errstr):
+        ffi.from_handle(handle).jobtap.committed(cookie, errnum, errstr)
 
     binder = getattr(cls, "bind_externs", None)
     if binder is not None:

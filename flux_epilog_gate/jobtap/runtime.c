@@ -18,6 +18,7 @@
  * the plugin's own C extension, if any (see runtime_request_cb).
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ enum runtime_topic_mode {
     RUNTIME_TOPIC_MARKED = 0, /* for jobs the plugin marked */
     RUNTIME_TOPIC_ALL = 1,    /* for every job, while switched on */
     RUNTIME_TOPIC_WANTED = 2, /* for marked jobs that want this topic */
+    RUNTIME_TOPIC_SWITCHED = 3, /* for marked jobs, while switched on */
 };
 
 /* Indexes of the plugin topics forwarded to runtime_py_plugin. */
@@ -68,7 +70,7 @@ static const char *runtime_callers[] = {
 struct runtime_topic {
     char name[64];
     int mode;
-    int on;             /* RUNTIME_TOPIC_ALL: forwarding is switched on */
+    int on;             /* RUNTIME_TOPIC_ALL, _SWITCHED: switched on */
     char require[128];  /* if set, a jobspec key path the job must have */
 };
 
@@ -98,6 +100,7 @@ struct runtime_ctx {
     struct runtime_pass *passes;
     flux_watcher_t *idle;   /* runtime_plugin_topics (off), deferred */
     struct runtime_method *methods;
+    struct runtime_commit *commits; /* KVS commits in flight */
 };
 
 /* A request of runtime_callers passed on to the job-manager, while it is
@@ -329,11 +332,14 @@ static int runtime_wanted (flux_plugin_t *p,
 
     if (t->mode == RUNTIME_TOPIC_ALL)
         return t->on;
+    /* Off, the topic costs a marked job nothing but this test. */
+    if (t->mode == RUNTIME_TOPIC_SWITCHED && !t->on)
+        return 0;
     mark = flux_jobtap_job_aux_get (p, FLUX_JOBTAP_CURRENT_JOB, RUNTIME_MARK);
     *markp = mark;
     if (!mark || !mark->marked)
         return 0;
-    return t->mode == RUNTIME_TOPIC_MARKED || (mark->wants & (1u << i));
+    return t->mode != RUNTIME_TOPIC_WANTED || (mark->wants & (1u << i));
 }
 
 /* Does the job of 'args' have jobspec key 'path' (dot-separated)?  A
@@ -584,6 +590,107 @@ static inline void *runtime_method_self (void *arg)
     return ((struct runtime_method *)arg)->ctx->self;
 }
 
+/* KVS commits for Python.  A commit made through the bindings costs a
+ * Future object, a closure and a trip through the bindings' callback
+ * machinery each time; a plugin that commits on its hot path (a durable
+ * record per request) makes the transaction here and hears back through
+ * one extern "Python" function, runtime_py_commit, with the number it
+ * gave the commit.  The commits in flight hang on the instance: when it
+ * is destroyed their futures are destroyed with it (the KVS carries a
+ * commit already sent out all the same), so no answer ever reaches an
+ * instance that is gone.
+ */
+/* The instance whose Python unload is running: its state is off its
+ * flux_plugin_t already (runtime_ctx_get fails), but what Python commits
+ * then (the records it still had queued) must still go out.
+ */
+static struct runtime_ctx *runtime_unloading;
+
+struct runtime_commit {
+    struct runtime_ctx *ctx;
+    flux_future_t *f;
+    int64_t cookie;
+    struct runtime_commit *prev;
+    struct runtime_commit *next;
+};
+
+static void runtime_commit_unlink (struct runtime_commit *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        c->ctx->commits = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static void runtime_commit_destroy (struct runtime_commit *c)
+{
+    if (c) {
+        int saved_errno = errno;
+        flux_future_destroy (c->f);
+        free (c);
+        errno = saved_errno;
+    }
+}
+
+static void runtime_commit_cb (flux_future_t *f, void *arg)
+{
+    struct runtime_commit *c = arg;
+    struct runtime_ctx *ctx = c->ctx;
+    int errnum = 0;
+    const char *errstr = NULL;
+
+    if (flux_future_get (f, NULL) < 0) {
+        errnum = errno ? errno : EIO;
+        errstr = flux_future_error_string (f);
+    }
+    /* Off the list first: whatever Python does, this commit is over. */
+    runtime_commit_unlink (c);
+    if (ctx->self)
+        runtime_py_commit (ctx->self, c->cookie, errnum, errstr);
+    runtime_commit_destroy (c);
+}
+
+/* Put (append: append) 'value' at KVS 'key' in one commit (sync: with
+ * FLUX_KVS_SYNC) and, once it is answered, call runtime_py_commit with
+ * 'cookie' and 0 or the errno of its failure.  -1 (errno set) if the
+ * commit could not be sent: then nothing is called back.
+ */
+int runtime_kvs_commit (flux_plugin_t *p, const char *key, const char *value,
+                        int append, int sync, int64_t cookie)
+{
+    struct runtime_ctx *ctx = flux_plugin_aux_get (p, RUNTIME_CTX);
+    flux_kvs_txn_t *txn = NULL;
+    struct runtime_commit *c = NULL;
+
+    if (!ctx && runtime_unloading && runtime_unloading->p == p)
+        ctx = runtime_unloading;
+    if (!ctx) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!(c = calloc (1, sizeof (*c))) || !(txn = flux_kvs_txn_create ())
+        || flux_kvs_txn_put (txn, append ? FLUX_KVS_APPEND : 0, key, value) < 0
+        || !(c->f = flux_kvs_commit (flux_jobtap_get_flux (p), NULL,
+                                     sync ? FLUX_KVS_SYNC : 0, txn))
+        || flux_future_then (c->f, -1., runtime_commit_cb, c) < 0)
+        goto error;
+    flux_kvs_txn_destroy (txn);
+    c->ctx = ctx;
+    c->cookie = cookie;
+    c->next = ctx->commits;
+    if (c->next)
+        c->next->prev = c;
+    ctx->commits = c;
+    return 0;
+error:
+    flux_kvs_txn_destroy (txn);
+    runtime_commit_destroy (c);
+    return -1;
+}
+
 /* debug-fault=plugin-init in the load options: fail there (tests only). */
 static int runtime_fault (flux_plugin_t *p, const char *where)
 {
@@ -604,8 +711,11 @@ static void runtime_ctx_destroy (void *arg)
 {
     struct runtime_ctx *ctx = arg;
 
-    if (ctx->self)
+    if (ctx->self) {
+        runtime_unloading = ctx;
         runtime_py_unload (ctx->self);
+        runtime_unloading = NULL;
+    }
     for (size_t i = 0; i < RUNTIME_NCALLERS; i++)
         flux_msg_handler_destroy (ctx->callers[i]);
     flux_watcher_destroy (ctx->idle);
@@ -615,6 +725,12 @@ static void runtime_ctx_destroy (void *arg)
         struct runtime_method *next = ctx->methods->next;
         free (ctx->methods);
         ctx->methods = next;
+    }
+    /* After Python's unload, which may still have sent some. */
+    while (ctx->commits) {
+        struct runtime_commit *c = ctx->commits;
+        runtime_commit_unlink (c);
+        runtime_commit_destroy (c);
     }
     free (ctx);
 }
@@ -756,9 +872,10 @@ int runtime_topic_require (flux_plugin_t *p, int i, const char *path)
     return 0;
 }
 
-/* Switch forwarding of RUNTIME_TOPIC_ALL topic 'i' to every job on or off.
- * job.new has a handler of its own, kept (with the fnmatch it costs every
- * jobtap call) only while it is on.
+/* Switch forwarding of RUNTIME_TOPIC_ALL topic 'i' to every job (of
+ * RUNTIME_TOPIC_SWITCHED topic 'i' to marked jobs) on or off.  job.new has
+ * a handler of its own, kept (with the fnmatch it costs every jobtap
+ * call) only while it is on.
  */
 int runtime_forward (flux_plugin_t *p, int i, int on)
 {
@@ -766,7 +883,9 @@ int runtime_forward (flux_plugin_t *p, int i, int on)
 
     if (!ctx)
         return -1;
-    if (i < 0 || i >= ctx->ntopics || ctx->topics[i].mode != RUNTIME_TOPIC_ALL) {
+    if (i < 0 || i >= ctx->ntopics
+        || (ctx->topics[i].mode != RUNTIME_TOPIC_ALL
+            && ctx->topics[i].mode != RUNTIME_TOPIC_SWITCHED)) {
         errno = EINVAL;
         return -1;
     }

@@ -201,7 +201,20 @@ class GateDriver(Plugin):
         self.load = load
         host.partial = False
         self.gate = host.gate = load.begin(config)
+        self._follow_listeners()
         self._watch_shutdown()
+
+    def _follow_listeners(self):
+        """Have a held job's exceptions sent to this driver while the
+        gate has listeners (they are all that want them), from now on."""
+        self.gate.listeners.changed = self._listeners_changed
+        self._listeners_changed()
+
+    def _listeners_changed(self):
+        # A listener that leaves as its plugin unloads may leave this
+        # driver's port being destroyed: nothing is sent to it any more.
+        if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
+            self.jobtap.forward("job.event.exception", bool(self.gate.listeners))
 
     def _watch_shutdown(self):
         self.shutdown = Shutdown(self.gate, self.jobtap)
@@ -218,6 +231,7 @@ class GateDriver(Plugin):
         for jobid in list(self.gate.jobs) + list(self.gate.replayed_progress):
             self.jobtap.untrack(jobid)
         self.forward(new=False, depend=False)
+        self.jobtap.forward("job.event.exception", False)
 
     def take_over(self):
         """The driver went away and this instance stays: drive the gate
@@ -227,6 +241,7 @@ class GateDriver(Plugin):
         load = self.load = Load(self.jobtap, gate, partial=self.host.partial)
         self.host.partial = False
         load.begin(gate.config)
+        self._follow_listeners()
         try:
             self._watch_shutdown()
         except OSError as exc:
@@ -305,7 +320,8 @@ class GateDriver(Plugin):
         self.gate.on_inactive(job.id)
         self.gate.tell("inactive", job.id)
 
-    @job_topic("job.event.exception")
+    #: Sent only while the gate has listeners (see _follow_listeners).
+    @job_topic("job.event.exception", switched=True)
     def on_exception(self, job):
         """Told to the gate's listeners (its own holds need nothing)."""
         if self.driving and self.gate.listeners:
@@ -526,48 +542,48 @@ class EpilogGatePlugin(GateDriver):
         def gate_py_release(handle, msg, jobid, description, status):
             ffi.from_handle(handle).fast_release(msg, jobid, description, status)
 
+    # The owner's hold and release, decoded in C: the bulk of the traffic,
+    # so written with as few Python calls as the answer allows.
+
     def fast_hold(self, msg, jobid, description, timeout, point):
-        self._decoded(
-            msg,
-            lambda: (
-                self.jobtap.ffi.string(description).decode(),
-                None if timeout < 0 else timeout,
-                self.jobtap.ffi.string(point).decode() or EPILOG,
-            ),
-            lambda msg, description, timeout, point: self.hold(
-                msg, jobid, description, timeout, point
-            ),
-        )
-
-    def fast_release(self, msg, jobid, description, status):
-        self._decoded(
-            msg,
-            lambda: (self.jobtap.ffi.string(description).decode(),),
-            lambda msg, description: self.release(msg, jobid, description, status),
-        )
-
-    def _decoded(self, msg, decode, handle):
-        """A request decoded in C: ``handle(msg, *decode())`` answers it,
-        once the gate's view is complete (``decode`` runs now: C's strings
-        do not outlive this call)."""
         try:
-            values = decode()
+            string = self.jobtap.ffi.string
+            values = (
+                jobid,
+                string(description).decode(),
+                None if timeout < 0 else timeout,
+                string(point).decode() or EPILOG,
+            )
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(self, msg)
             return
+        self._decoded(msg, self.hold, values)
+
+    def fast_release(self, msg, jobid, description, status):
+        try:
+            values = (jobid, self.jobtap.ffi.string(description).decode(), status)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, msg)
+            return
+        self._decoded(msg, self.release, values)
+
+    def _decoded(self, msg, handle, values):
+        """A request decoded in C: ``handle(msg, *values)`` answers it,
+        once the gate's view is complete (``values`` are Python's own:
+        C's strings do not outlive this call)."""
         if self.load.ready:
-            self._answer_decoded(msg, lambda: handle(msg, *values))
+            self._answer_decoded(msg, handle, values)
             return
         kept = self.jobtap.keep_request(msg)
         self.load.when_ready(
-            lambda: self._answer_decoded(kept, lambda: handle(kept, *values)),
+            lambda: self._answer_decoded(kept, handle, values),
             lambda: self.jobtap.respond_error(kept, errno.EAGAIN, UNLOADED_WAITING),
         )
 
-    def _answer_decoded(self, msg, handle):
+    def _answer_decoded(self, msg, handle, values):
         try:
             self.fault("request")
-            handle()
+            handle(msg, *values)
         except GateError as exc:
             self.jobtap.respond_error(msg, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
@@ -575,34 +591,43 @@ class EpilogGatePlugin(GateDriver):
 
     def hold(self, message, jobid, description, timeout, point=EPILOG):
         kept = self.jobtap.keep_request(message)
+        jobtap = self.jobtap
 
         def done(hold, error):
-            self._answer(kept, "hold", error, lambda: self.jobtap.send_hold(kept, hold))
+            if error is not None:
+                self._answer_error(kept, "hold", error)
+            elif jobtap.p is not None:
+                try:
+                    jobtap.send_hold(kept, hold)
+                except Exception:  # noqa: BLE001 - inside the job-manager
+                    jobtap.log_exception("answering hold")
 
         self.gate.hold(jobid, description, timeout, point, done=done)
 
     def release(self, message, jobid, description, status):
         kept = self.jobtap.keep_request(message)
+        jobtap = self.jobtap
 
         def done(result, error):
-            self._answer(
-                kept, "release", error, lambda: self.jobtap.send_release(kept, *result)
-            )
+            if error is not None:
+                self._answer_error(kept, "release", error)
+            elif jobtap.p is not None:
+                try:
+                    jobtap.send_release(kept, *result)
+                except Exception:  # noqa: BLE001 - inside the job-manager
+                    jobtap.log_exception("answering release")
 
         self.gate.release(jobid, description, status, done=done)
 
-    def _answer(self, msg, method, error, send):
-        """Answer a kept request once its record is durable, or with the
-        error that kept it from being so."""
+    def _answer_error(self, msg, method, error):
+        """Answer a kept request with the error that kept its record from
+        being durable."""
         if self.jobtap.p is None:
             return
         try:
-            if error is None:
-                send()
-            else:
-                self.jobtap.respond_error(
-                    msg, error.errno or errno.EIO, f"{method}: {error.strerror}"
-                )
+            self.jobtap.respond_error(
+                msg, error.errno or errno.EIO, f"{method}: {error.strerror}"
+            )
         except Exception:  # noqa: BLE001 - inside the job-manager
             self.jobtap.log_exception(f"answering {method}")
 
