@@ -165,7 +165,7 @@ class Gate:
         self.config = config = config or Config()
         self.stats = Counters()
         self.jobs = jobs = JobTable(port, config.gone_limit)
-        self.holdlog = holdlog = HoldLog(port, jobs.holds)
+        self.holdlog = holdlog = HoldLog(port, jobs)
         self.timeouts = timeouts = Timeouts(port)
         self.watching = watchers = Watchers(port, config, jobs)
         self.annotations = annotations = Annotations(port, config)
@@ -371,6 +371,7 @@ class Gate:
 
     def begin_recovery(self, jobid, userid):
         """A job whose holds will be known once its eventlog is read."""
+        self.holdlog.recovering()
         self.recovery.begin(jobid, userid)
 
     def end_recovery(self, jobid, events):
@@ -426,3 +427,4 @@ class Gate:
         self.annotations.config = config
         self.jobs.gone.limit = config.gone_limit
         self.jobs.gone.trim()
+        self.holdlog.chunk = config.snapshot_chunk

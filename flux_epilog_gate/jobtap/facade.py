@@ -514,6 +514,86 @@ class Jobtap:
             )
         )
 
+    # Transactions of several operations (the hold log's snapshots)
+
+    def kvs_commit_ops(self, ops, callback, sync=False):
+        """Commit ``ops`` in one transaction without blocking; later call
+        ``callback(error)``, None on success.  ``ops`` is a list of ``(op,
+        key, value)``, applied in this order, all or none: ``"put"`` or
+        ``"append"`` ``value`` (text); ``"put_treeobj"`` ``value``, a tree
+        object's JSON text (as :meth:`kvs_lookup_treeobj` answers it: the
+        key then refers to the same content); ``"unlink"`` (``value`` is
+        ignored).  ``sync`` as for :meth:`kvs_commit`."""
+        txn = flux_lib.flux_kvs_txn_create()
+        if txn == flux_ffi.NULL:
+            raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
+        try:
+            for op, key, value in ops:
+                _txn_op(txn, op, key.encode(), value)
+            commit_flags = flux_lib.FLUX_KVS_SYNC if sync else 0
+            handle = flux_lib.flux_kvs_commit(
+                self.flux.handle, flux_ffi.NULL, commit_flags, txn
+            )
+            if handle == flux_ffi.NULL:
+                raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
+            future = Future(handle)
+        finally:
+            flux_lib.flux_kvs_txn_destroy(txn)
+        self._commits.add(future)
+
+        def done(future):
+            self._commits.discard(future)
+            try:
+                future.get()
+            except OSError as exc:
+                callback(exc)
+                return
+            callback(None)
+
+        future.then(self.contained("kvs commit", done))
+
+    def kvs_lookup_treeobj(self, key, callback):
+        """Look up the tree object of KVS ``key`` without blocking; later
+        call ``callback(treeobj, error)`` exactly once: its JSON text (for
+        a value, its data or the references of its blobs), or None and an
+        OSError."""
+        future = Future(
+            raw.flux_kvs_lookup(
+                self.flux.handle, flux_ffi.NULL, flux_lib.FLUX_KVS_TREEOBJ, key.encode()
+            )
+        )
+        self._lookups.add(future)
+
+        def done(future):
+            self._lookups.discard(future)
+            treeobj = flux_ffi.new("const char *[1]")
+            try:
+                raw.flux_kvs_lookup_get_treeobj(future.pimpl.handle, treeobj)
+            except OSError as exc:
+                callback(None, exc)
+                return
+            callback(flux_ffi.string(treeobj[0]).decode(), None)
+
+        future.then(self.contained("kvs lookup", done))
+
+
+def _txn_op(txn, op, key, value):
+    """Add operation ``op`` of :meth:`Jobtap.kvs_commit_ops` to ``txn``."""
+    if op == "put":
+        rc = flux_lib.flux_kvs_txn_put(txn, 0, key, value.encode())
+    elif op == "append":
+        rc = flux_lib.flux_kvs_txn_put(
+            txn, flux_lib.FLUX_KVS_APPEND, key, value.encode()
+        )
+    elif op == "put_treeobj":
+        rc = flux_lib.flux_kvs_txn_put_treeobj(txn, 0, key, value.encode())
+    elif op == "unlink":
+        rc = flux_lib.flux_kvs_txn_unlink(txn, 0, key)
+    else:
+        raise ValueError(f"{op!r} is not a KVS transaction operation")
+    if rc < 0:
+        raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
+
 
 def _parse_eventlog(data):
     events = []
