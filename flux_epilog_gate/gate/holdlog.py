@@ -333,6 +333,9 @@ class HoldLog:
         # bytes of a part.
         self.snap = None
         self.chunk = CHUNK_BYTES
+        # SIDE_KEY may hold parts of a snapshot this gate gave up: the
+        # next snapshot, even in one commit, removes them.
+        self.side_left = False
 
     # Records
 
@@ -388,7 +391,7 @@ class HoldLog:
         if self.snap is None and self._due():
             text = self._begin_snapshot()
             if text is not None:
-                self._send_text(text, False)
+                self._send_whole(text)
                 return
         if self.snap is not None:
             self._send_part()
@@ -415,6 +418,24 @@ class HoldLog:
             self.port.kvs_commit(KEY, text, append, self._committed, sync=self.sync)
         except OSError as exc:
             self._committed(exc)
+
+    def _send_whole(self, text):
+        """Send a snapshot in one commit."""
+        if not self.side_left:
+            self._send_text(text, False)
+            return
+        self.appends = 0
+        self.size = self.snapshot_size = len(text)
+        self.commits += 1
+
+        def done(error):
+            if error is None:
+                self.side_left = False
+            self._committed(error)
+
+        self._commit_ops(
+            [("put", KEY, text), ("unlink", SIDE_KEY, None)], done, self.sync
+        )
 
     def _due(self):
         """True if the next commit should be a snapshot (by count or by
@@ -536,6 +557,7 @@ class HoldLog:
         if error is None:
             if snap is self.snap:
                 self.snap = None
+            self.side_left = False
             self.appends = 0
             self.size = self.snapshot_size = snap.written
         elif snap is self.snap and not (error.errno == errno.ENOSYS and self.sync):
@@ -545,12 +567,15 @@ class HoldLog:
     def _abandon(self, why):
         """Give the snapshot in progress up: the log stays as it is."""
         self.snap = None
+        self.side_left = True
         self.port.log(syslog.LOG_ERR, f"{KEY}: snapshot given up: {why}")
 
     def recovering(self):
         """A job's holds are being rebuilt from the log: a snapshot in
         progress would leave them out."""
-        self.snap = None
+        if self.snap is not None:
+            self.snap = None
+            self.side_left = True
 
     def _forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""
@@ -622,7 +647,9 @@ class HoldLog:
         self.unconfirmed = self.sent + self.lines
         # Whatever of it the KVS carries out, the log stays complete; the
         # next instance starts another.
-        self.snap = None
+        if self.snap is not None:
+            self.snap = None
+            self.side_left = True
         if self.lines:
             try:
                 self.port.kvs_commit(
