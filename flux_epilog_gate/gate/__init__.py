@@ -41,6 +41,14 @@ through a *port*, an object with these methods (the real one is
     write (or with ``append``, append) ``text`` to KVS key ``key``
     without blocking (with ``sync``, checkpointed before it answers);
     later call ``callback(error)``, with None on success
+``kvs_commit_ops(ops, callback, sync)``
+    commit ``ops``, a list of ``(op, key, value)`` (op ``put``,
+    ``append``, ``put_treeobj`` or ``unlink``) in one transaction, applied
+    in order, all or none; later call ``callback(error)`` (a snapshot of
+    the hold log in parts)
+``kvs_lookup_treeobj(key, callback)``
+    look up KVS key ``key``'s tree object (JSON text) without blocking;
+    later call ``callback(treeobj, error)``
 ``kvs_get(key)``
     the value of KVS key ``key`` as bytes (``b""`` if empty), waited for;
     None if there is no such key; raises OSError on other failures.  For
