@@ -488,8 +488,10 @@ class HoldLog:
                 return
         ops = list(snap.part)
         if self.sent:
-            ops.append(("append", KEY, "".join(self.sent)))
+            batch = "".join(self.sent)
+            ops.append(("append", KEY, batch))
             self.appends += 1
+            self.size += len(batch)
         self.commits += 1
         self._commit_ops(
             ops,
