@@ -15,8 +15,8 @@ import json
 import time
 
 import flux.job
-import flux.kvs
 import pytest
+from flux.core.inner import ffi, lib, raw
 from flux.job import JobspecV1
 from jobs import dmesg, query
 
@@ -69,10 +69,19 @@ def churn(gate, jobid, commits):
 
 
 def side_exists(handle):
+    """True if there is anything at the side key (a directory too): its
+    tree object is looked up, and the future destroyed at once (this is
+    polled)."""
+    future = raw.flux_kvs_lookup(
+        handle.handle, ffi.NULL, lib.FLUX_KVS_TREEOBJ, SIDE_KEY.encode()
+    )
+    treeobj = ffi.new("const char *[1]")
     try:
-        flux.kvs.get(handle, SIDE_KEY)
+        raw.flux_kvs_lookup_get_treeobj(future, treeobj)
     except FileNotFoundError:
         return False
+    finally:
+        raw.flux_future_destroy(future)
     return True
 
 
