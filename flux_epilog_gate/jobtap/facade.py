@@ -524,25 +524,23 @@ class Jobtap:
         object's JSON text (as :meth:`kvs_lookup_treeobj` answers it: the
         key then refers to the same content); ``"unlink"`` (``value`` is
         ignored).  ``sync`` as for :meth:`kvs_commit`."""
-        txn = flux_lib.flux_kvs_txn_create()
-        if txn == flux_ffi.NULL:
-            raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
+        # Through the bindings' checking wrappers: a few commits per
+        # snapshot, not one per batch of records.
+        txn = raw.flux_kvs_txn_create()
         try:
             for op, key, value in ops:
                 _txn_op(txn, op, key.encode(), value)
-            commit_flags = flux_lib.FLUX_KVS_SYNC if sync else 0
-            handle = flux_lib.flux_kvs_commit(
-                self.flux.handle, flux_ffi.NULL, commit_flags, txn
+            flags = flux.constants.FLUX_KVS_SYNC if sync else 0
+            future = Future(
+                raw.flux_kvs_commit(self.flux.handle, flux_ffi.NULL, flags, txn)
             )
-            if handle == flux_ffi.NULL:
-                raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
-            future = Future(handle)
         finally:
-            flux_lib.flux_kvs_txn_destroy(txn)
-        self._commits.add(future)
+            raw.flux_kvs_txn_destroy(txn)
+        # Kept with the requests in flight, dropped at close like them.
+        self._rpcs.add(future)
 
         def done(future):
-            self._commits.discard(future)
+            self._rpcs.discard(future)
             try:
                 future.get()
             except OSError as exc:
@@ -559,7 +557,10 @@ class Jobtap:
         OSError."""
         future = Future(
             raw.flux_kvs_lookup(
-                self.flux.handle, flux_ffi.NULL, flux_lib.FLUX_KVS_TREEOBJ, key.encode()
+                self.flux.handle,
+                flux_ffi.NULL,
+                flux.constants.FLUX_KVS_TREEOBJ,
+                key.encode(),
             )
         )
         self._lookups.add(future)
@@ -578,21 +579,18 @@ class Jobtap:
 
 
 def _txn_op(txn, op, key, value):
-    """Add operation ``op`` of :meth:`Jobtap.kvs_commit_ops` to ``txn``."""
+    """Add operation ``op`` of :meth:`Jobtap.kvs_commit_ops` to ``txn``
+    (the wrappers raise OSError on failure)."""
     if op == "put":
-        rc = flux_lib.flux_kvs_txn_put(txn, 0, key, value.encode())
+        raw.flux_kvs_txn_put(txn, 0, key, value.encode())
     elif op == "append":
-        rc = flux_lib.flux_kvs_txn_put(
-            txn, flux_lib.FLUX_KVS_APPEND, key, value.encode()
-        )
+        raw.flux_kvs_txn_put(txn, flux.constants.FLUX_KVS_APPEND, key, value.encode())
     elif op == "put_treeobj":
-        rc = flux_lib.flux_kvs_txn_put_treeobj(txn, 0, key, value.encode())
+        raw.flux_kvs_txn_put_treeobj(txn, 0, key, value.encode())
     elif op == "unlink":
-        rc = flux_lib.flux_kvs_txn_unlink(txn, 0, key)
+        raw.flux_kvs_txn_unlink(txn, 0, key)
     else:
         raise ValueError(f"{op!r} is not a KVS transaction operation")
-    if rc < 0:
-        raise OSError(flux_ffi.errno, os.strerror(flux_ffi.errno))
 
 
 def _parse_eventlog(data):
