@@ -205,7 +205,8 @@ def test_hold_on_running_job_survives_plugin_reload(new_instance, plugin):
     or without the gate.)"""
     r = Restarter("jobtap", new_instance, plugin)
     handle, gate = r.handle, r.gate
-    jobid = submit(handle, duration=4)
+    # Long enough to outlast the reload on a loaded machine.
+    jobid = submit(handle, duration=10)
     gate.hold(jobid, "run-hold")
     wait_event(handle, jobid, "start")
     r.restart()

@@ -377,10 +377,11 @@ class Gate:
 
     # Recovery (the loader's)
 
-    def begin_recovery(self, jobid, userid):
-        """A job whose holds will be known once its eventlog is read."""
+    def begin_recovery(self, jobid, userid, keep=True):
+        """A job whose holds will be known once its eventlog is read
+        (``keep``: see :meth:`Recovery.begin`)."""
         self.holdlog.recovering()
-        self.recovery.begin(jobid, userid)
+        self.recovery.begin(jobid, userid, keep)
 
     def end_recovery(self, jobid, events):
         """Rebuild a job's holds from its eventlog ``events``."""

@@ -149,7 +149,8 @@ class EpilogPoint(HoldPoint):
 
     def _advance(self, job, state):
         if job.recovering:
-            self._hold_for_recovery(job)
+            if job.recovery_keeps:
+                self._hold_for_recovery(job)
         elif not job.at_point and self.past_point(job, state):
             self._reach_point(job)
 

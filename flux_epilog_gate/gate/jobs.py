@@ -17,6 +17,7 @@ class Job:
         "holds",
         "at_point",
         "recovering",
+        "recovery_keeps",
         "recovery_epilog",
         "annotation",
         "start_held",
@@ -29,6 +30,10 @@ class Job:
         self.userid = userid
         self.holds = {}
         self.recovering = False
+        # While recovering, the points keep the job back with recovery
+        # actions of their own: False for a job the hold log does not
+        # name, whose active holds the job-manager keeps by itself.
+        self.recovery_keeps = True
         # The epilog point's (epilog.py): the job is at its epilog point;
         # the gate's own epilog action that keeps the job from clean while
         # its holds are being recovered is posted and not yet finished.

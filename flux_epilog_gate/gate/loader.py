@@ -128,10 +128,12 @@ class Load:
         # crash lost: its marked dependency-add tells.  So may a job in
         # CLEANUP by an epilog hold whose record failed as the plugin
         # went away: its marked epilog-start tells.  (One eventlog read
-        # per such job; a restarted job-manager keeps in CLEANUP only the
-        # jobs with an epilog action open.)
+        # per such job.)  Such a hold's open action keeps the job by
+        # itself, and a job the log does not name has no pending hold:
+        # the gate posts nothing of its own to it while reading.
         elif self.log is None or jobid in self.log or state in (DEPEND, CLEANUP):
-            self.gate.begin_recovery(jobid, userid)
+            named = self.log is None or jobid in self.log
+            self.gate.begin_recovery(jobid, userid, keep=named)
             self._recover(jobid)
 
     def _known(self, jobid):

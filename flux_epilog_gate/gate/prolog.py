@@ -113,7 +113,8 @@ class PrologPoint(HoldPoint):
         """The job entered RUN: its start request is sent right after this
         callback unless a prolog action is queued by then."""
         if job.recovering:
-            self._hold_for_recovery(job)
+            if job.recovery_keeps:
+                self._hold_for_recovery(job)
             return
         for hold in list(job.holds.values()):
             if is_prolog(hold) and hold.state == PENDING:

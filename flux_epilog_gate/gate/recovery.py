@@ -52,10 +52,13 @@ class Recovery:
             name: point for point in (epilog, prolog, depend) for name in point.events
         }
 
-    def begin(self, jobid, userid):
-        """A job whose holds will be known once its eventlog is read."""
+    def begin(self, jobid, userid, keep=True):
+        """A job whose holds will be known once its eventlog is read;
+        ``keep``: it may have pending holds (the hold log names it), so
+        the points keep it back meanwhile."""
         job = self.jobs.get(jobid) or self.jobs.track(jobid, userid)
         job.recovering = True
+        job.recovery_keeps = keep
         for point in (self.epilog, self.prolog, self.depend):
             point.recovering(job)
 

@@ -19,11 +19,17 @@ from logstrategies import bad_entries, hold_logs, junk_lines
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
 from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import KEY, hold_entry
-from flux_epilog_gate.gate.holds import ACTIVE, HOLD_EVENT, PENDING, Hold
+from flux_epilog_gate.gate.holds import (
+    ACTIVE,
+    HOLD_EVENT,
+    PENDING,
+    RECOVERY_DESCRIPTION,
+    Hold,
+)
 from flux_epilog_gate.gate.loader import SKIPPED_LOGGED, Load
 from flux_epilog_gate.gate.logparse import EXCERPT_MAX, parse
 
-from .unitgate import USER, marked
+from .unitgate import USER, epilog_starts, marked
 
 JOBS = (11, 12, 13, 14)
 
@@ -236,6 +242,43 @@ def test_a_job_in_cleanup_the_log_does_not_name_gets_its_active_hold_back(port):
     assert loading.ready
     assert holds_of(gate)[(11, "bb")]["state"] == ACTIVE
     assert gate.release(11, "bb") == (True, None)
+
+
+@pytest.mark.parametrize("event", ["finish", "free"])
+def test_a_job_the_log_does_not_name_gets_nothing_posted_while_it_is_read(port, event):
+    """A first load among running jobs: a job that finishes while its
+    eventlog is read has no hold to wait for, and the job-manager keeps
+    one that has an active hold by itself."""
+    port.kvs[KEY] = entry(12, "other") + "\n"
+    port.defer_eventlogs = True
+    port.add_job(11, CLEANUP, USER, happened={"alloc", "start"})
+    loading, gate = load(port, jobs=(11, 12))
+    port.happen(11, event)
+    gate.on_event(11, event, CLEANUP)
+    assert port.events.get(11, []) == []
+    while port.pending_eventlogs:
+        port.complete_eventlog()
+    assert loading.ready and port.events.get(11, []) == []
+
+
+@pytest.mark.parametrize("state", [CLEANUP, RUN], ids=["cleanup", "run"])
+def test_a_job_the_log_names_is_kept_back_while_it_is_read(port, state):
+    """Its pending hold must find the job at its point: the recovery
+    action keeps it there until the eventlog has answered."""
+    port.kvs[KEY] = entry(11, "keep-a") + "\n"
+    port.defer_eventlogs = True
+    port.add_job(11, state, USER, happened={"alloc", "start"})
+    loading, gate = load(port, jobs=(11,))
+    if state == RUN:
+        port.set_state(11, CLEANUP)
+        port.happen(11, "finish")
+        gate.on_cleanup(11)
+    else:
+        port.happen(11, "finish")
+        gate.on_event(11, "finish", CLEANUP)
+    assert epilog_starts(port, 11) == [RECOVERY_DESCRIPTION]
+    port.complete_eventlog()
+    assert holds_of(gate)[(11, "keep-a")]["state"] == ACTIVE
 
 
 @pytest.mark.parametrize("partial", [True, False])
