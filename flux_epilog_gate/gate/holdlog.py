@@ -310,6 +310,8 @@ class HoldLog:
     def __init__(self, port, jobs):
         self.port = port
         self.jobs = jobs
+        #: Every current hold, or None while some are being recovered.
+        self.holds = jobs.holds
         # The next batch: its lines and the callbacks waiting on it.
         self.lines = []
         self.waiters = []
@@ -621,7 +623,7 @@ class HoldLog:
         view is complete, so nothing the key held is needed."""
         if error is None or error.errno not in NOT_A_VALUE or self.replace:
             return False
-        if self.jobs.holds() is None:
+        if self.holds() is None:
             return False
         self.port.log(
             syslog.LOG_ERR,
