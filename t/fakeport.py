@@ -15,6 +15,13 @@
 - the KVS is a dict, ``kvs``; ``kvs_commit`` applies each commit at once
   and records it in ``commits`` (with :attr:`defer_commits` set, commits
   wait in ``pending_commits`` until :meth:`complete_commit`);
+- ``kvs_commit_ops`` applies its operations in order, all or none (a
+  commit waits in ``pending_commits`` as ``(OPS, ops, sync, callback)``,
+  and is recorded in :attr:`txns`); ``kvs_lookup_treeobj`` answers a
+  value's tree object (a ``val``, its data in base64), at once or, with
+  :attr:`defer_commits` set, once :meth:`complete_lookup` is called;
+  :meth:`orphan` makes what is pending complete without calling back (the
+  plugin was unloaded);
 - ``kvs_get`` answers the dict's value as bytes (a value may also be
   set to bytes, to store what is not text); ``read_eventlog`` answers
   :attr:`eventlogs` (``{id: [(timestamp, name, context)]}``, default
@@ -31,7 +38,9 @@
 - ``job_cleanup()`` answers :attr:`FakePort.cleanup_step`.
 """
 
+import base64
 import errno
+import json
 import os
 from collections import defaultdict
 
@@ -45,6 +54,12 @@ KVS = "kvs"
 
 #: ``fail()`` key that makes ``cancel`` fail.
 CANCEL = "cancel"
+
+#: ``fail()`` key that makes ``kvs_lookup_treeobj`` fail.
+LOOKUP = "lookup"
+
+#: The key of a pending commit made by ``kvs_commit_ops``.
+OPS = "<ops>"
 
 
 class FakeJob:
@@ -100,6 +115,8 @@ class FakePort:
         self.synced = []
         self.defer_commits = False
         self.pending_commits = []
+        self.txns = []
+        self.pending_lookups = []
         self.run_wanted = set()
         self.restart = True
         self.aborted = 0
@@ -150,8 +167,36 @@ class FakePort:
         if error is not None:
             callback(OSError(error, os.strerror(error)))
             return
-        self._apply(key, text, append)
+        if key == OPS:
+            self._apply_ops(text)
+        else:
+            self._apply(key, text, append)
         callback(None)
+
+    def complete_lookup(self, error=None):
+        """The oldest deferred tree object lookup answers (or fails with
+        errno ``error``)."""
+        key, callback = self.pending_lookups.pop(0)
+        if error is None:
+            try:
+                treeobj = self._treeobj(key)
+            except OSError as exc:
+                callback(None, exc)
+                return
+            callback(treeobj, None)
+        else:
+            callback(None, OSError(error, os.strerror(error)))
+
+    def orphan(self):
+        """The plugin is unloaded: what it sent is still carried out (or
+        fails), but it is never called back."""
+        self.pending_commits = [
+            (key, text, append, lambda error: None)
+            for key, text, append, _ in self.pending_commits
+        ]
+        self.pending_lookups = [
+            (key, lambda treeobj, error: None) for key, _ in self.pending_lookups
+        ]
 
     def complete_eventlog(self, error=None):
         """The oldest deferred eventlog read answers: with the job's
@@ -366,3 +411,59 @@ class FakePort:
         self.events[jobid].append((CANCEL, {"note": note}))
         if self.jobs[jobid].state == RUN:
             self.jobs[jobid].state = CLEANUP
+
+    def kvs_commit_ops(self, ops, callback, sync=False):
+        self.synced.append(sync)
+        if self.defer_commits:
+            self.pending_commits.append((OPS, list(ops), sync, callback))
+            return
+        errnum = self.failures.get(KVS)
+        if errnum is not None:
+            callback(OSError(errnum, os.strerror(errnum)))
+            return
+        self._apply_ops(ops)
+        callback(None)
+
+    def _apply_ops(self, ops):
+        kvs = dict(self.kvs)
+        for op, key, value in ops:
+            if op == "put":
+                kvs[key] = value
+            elif op == "append":
+                old = kvs.get(key, "")
+                kvs[key] = old + (value.encode() if isinstance(old, bytes) else value)
+            elif op == "put_treeobj":
+                treeobj = json.loads(value)
+                assert treeobj["type"] == "val", treeobj
+                kvs[key] = base64.b64decode(treeobj["data"]).decode()
+            elif op == "unlink":
+                kvs.pop(key, None)
+            else:
+                raise ValueError(f"{op!r} is not a KVS transaction operation")
+        self.kvs.clear()
+        self.kvs.update(kvs)
+        self.txns.append(list(ops))
+
+    def kvs_lookup_treeobj(self, key, callback):
+        if self.defer_commits:
+            self.pending_lookups.append((key, callback))
+            return
+        errnum = self.failures.get(LOOKUP)
+        if errnum is not None:
+            callback(None, OSError(errnum, os.strerror(errnum)))
+            return
+        try:
+            treeobj = self._treeobj(key)
+        except OSError as exc:
+            callback(None, exc)
+            return
+        callback(treeobj, None)
+
+    def _treeobj(self, key):
+        value = self.kvs.get(key)
+        if value is None:
+            raise OSError(errno.ENOENT, os.strerror(errno.ENOENT))
+        data = value if isinstance(value, bytes) else value.encode()
+        return json.dumps(
+            {"ver": 1, "type": "val", "data": base64.b64encode(data).decode()}
+        )

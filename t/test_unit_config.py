@@ -474,3 +474,34 @@ def test_rules_are_accepted_exactly_when_they_fit_max_holds(count, max_holds):
             Config.from_sources(None, table)
     else:
         assert len(Config.from_sources(None, table).rules) == count
+
+
+# snapshot-chunk (the hold log's snapshots in parts)
+
+
+def test_snapshot_chunk_is_read_as_an_integer_and_shown_when_set():
+    config = Config.from_sources({"snapshot-chunk": "4096"})
+    assert config.snapshot_chunk == 4096
+    assert config.to_dict()["snapshot-chunk"] == 4096
+    assert Config.from_sources(None, {"snapshot-chunk": 1024}).snapshot_chunk == 1024
+
+
+def test_snapshot_chunk_defaults_to_the_hold_logs():
+    from flux_epilog_gate.gate.holdlog import CHUNK_BYTES
+
+    assert Config().snapshot_chunk == CHUNK_BYTES
+    assert "snapshot-chunk" not in Config().to_dict()
+
+
+@pytest.mark.parametrize("value", [0, 1023, 2**30 + 1, -5, "big", 1.5, True])
+def test_bad_snapshot_chunk_is_refused_naming_the_key(value):
+    with pytest.raises(ConfigError, match=r"^snapshot-chunk: "):
+        Config.from_sources({"snapshot-chunk": value})
+
+
+def test_snapshot_chunk_reaches_the_hold_log(port):
+    from flux_epilog_gate.gate import Gate
+
+    gate = Gate(port)
+    gate.reconfigure(Config.from_sources({"snapshot-chunk": 2048}))
+    assert gate.holdlog.chunk == 2048

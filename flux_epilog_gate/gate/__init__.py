@@ -41,6 +41,14 @@ through a *port*, an object with these methods (the real one is
     write (or with ``append``, append) ``text`` to KVS key ``key``
     without blocking (with ``sync``, checkpointed before it answers);
     later call ``callback(error)``, with None on success
+``kvs_commit_ops(ops, callback, sync)``
+    commit ``ops``, a list of ``(op, key, value)`` (op ``put``,
+    ``append``, ``put_treeobj`` or ``unlink``) in one transaction, applied
+    in order, all or none; later call ``callback(error)`` (a snapshot of
+    the hold log in parts)
+``kvs_lookup_treeobj(key, callback)``
+    look up KVS key ``key``'s tree object (JSON text) without blocking;
+    later call ``callback(treeobj, error)``
 ``kvs_get(key)``
     the value of KVS key ``key`` as bytes (``b""`` if empty), waited for;
     None if there is no such key; raises OSError on other failures.  For
@@ -165,7 +173,7 @@ class Gate:
         self.config = config = config or Config()
         self.stats = Counters()
         self.jobs = jobs = JobTable(port, config.gone_limit)
-        self.holdlog = holdlog = HoldLog(port, jobs.holds)
+        self.holdlog = holdlog = HoldLog(port, jobs)
         self.timeouts = timeouts = Timeouts(port)
         self.watching = watchers = Watchers(port, config, jobs)
         self.annotations = annotations = Annotations(port, config)
@@ -372,6 +380,7 @@ class Gate:
     def begin_recovery(self, jobid, userid, keep=True):
         """A job whose holds will be known once its eventlog is read
         (``keep``: see :meth:`Recovery.begin`)."""
+        self.holdlog.recovering()
         self.recovery.begin(jobid, userid, keep)
 
     def end_recovery(self, jobid, events):
@@ -427,3 +436,4 @@ class Gate:
         self.annotations.config = config
         self.jobs.gone.limit = config.gone_limit
         self.jobs.gone.trim()
+        self.holdlog.chunk = config.snapshot_chunk

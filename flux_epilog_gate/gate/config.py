@@ -9,6 +9,7 @@ table, which ``flux config reload`` re-reads.
 import math
 import re
 
+from .holdlog import CHUNK_BYTES
 from .holds import EPILOG, POINTS, description_error
 
 KEYS = (
@@ -21,6 +22,7 @@ KEYS = (
     "shutdown-action",
     "watch-backlog",
     "max-pending",
+    "snapshot-chunk",
     "debug-fault",
 )
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
@@ -61,6 +63,11 @@ MAX_PENDING = 10000
 
 #: Upper limit of both bounds.
 MAX_BOUND = 10_000_000
+
+#: Range of ``snapshot-chunk``, the bytes of a hold log snapshot written
+#: per commit (see :mod:`flux_epilog_gate.gate.holdlog`).
+SNAPSHOT_CHUNK_MIN = 1024
+SNAPSHOT_CHUNK_MAX = 2**30
 
 
 class ConfigError(ValueError):
@@ -262,6 +269,7 @@ class Config:
         shutdown_action="auto",
         watch_backlog=WATCH_BACKLOG,
         max_pending=MAX_PENDING,
+        snapshot_chunk=CHUNK_BYTES,
     ):
         self.timeout = timeout
         self.max_holds = max_holds
@@ -273,6 +281,7 @@ class Config:
         self.shutdown_action = shutdown_action
         self.watch_backlog = watch_backlog
         self.max_pending = max_pending
+        self.snapshot_chunk = snapshot_chunk
 
     @classmethod
     def from_sources(cls, options=None, table=None):
@@ -321,6 +330,13 @@ class Config:
             config.max_pending = _parse_count(
                 merged["max-pending"], "max-pending", 1, MAX_BOUND
             )
+        if "snapshot-chunk" in merged:
+            config.snapshot_chunk = _parse_count(
+                merged["snapshot-chunk"],
+                "snapshot-chunk",
+                SNAPSHOT_CHUNK_MIN,
+                SNAPSHOT_CHUNK_MAX,
+            )
         if "debug-fault" in merged:
             if merged["debug-fault"] not in FAULTS:
                 raise ConfigError(
@@ -353,6 +369,8 @@ class Config:
             "watch-backlog": self.watch_backlog,
             "max-pending": self.max_pending,
         }
+        if self.snapshot_chunk != CHUNK_BYTES:
+            conf["snapshot-chunk"] = self.snapshot_chunk
         if self.fault:
             conf["debug-fault"] = self.fault
         return conf

@@ -72,8 +72,41 @@ snapshot drops the cancelled hold's entry with them).  A snapshot with
 nothing to keep writes a blank line: flux-core reads an empty value back
 as no value at all.
 
+**Snapshots in parts.**  A snapshot of up to :data:`CHUNK_BYTES` bytes
+(the ``snapshot-chunk`` option) replaces the value in one commit.  A
+larger one would stall the job-manager while libkvs encodes it (some
+100 ms a megabyte), so it is written in parts to :data:`SIDE_KEY`, one
+part per commit, and then swapped in:
+
+1. The first part is a put (whatever a crash left at :data:`SIDE_KEY` is
+   overwritten), the next ones appends.  Each goes in the same
+   transaction as the batch of that round, which is appended to
+   :data:`KEY` as usual: answers keep flowing, and :data:`KEY` stays a
+   complete log throughout.
+2. The parts are the entries of the holds, job after job, read as each
+   part is made (not all at the start, which alone would stall the
+   job-manager), then the release entries of the start, then every
+   record committed since the start (in order).  A job's entries thus
+   show its holds at some moment after the start, and its records since
+   the start follow them: replayed in time order (as recovery does) they
+   leave the job's current holds, whatever happened in between.
+3. Once all of that but the last :data:`CHUNK_BYTES` is written, the
+   tree object of :data:`SIDE_KEY` is looked up and one synced
+   transaction makes it the value of :data:`KEY`, appends the records not
+   written yet and the current batch, and unlinks :data:`SIDE_KEY`.  The
+   KVS applies a transaction's operations in order, and all of them or
+   none.
+
+A failed part, lookup or swap abandons the snapshot (the next commit
+starts another); so do an unload and the start of a job's recovery (a
+job being recovered has holds the gate does not know yet).  A crash at
+any step leaves :data:`KEY` a complete log; the load never reads
+:data:`SIDE_KEY`.
+
 This module is plain Python; it reaches the KVS through the gate's port
-(``kvs_commit(key, text, append, callback, sync)``).
+(``kvs_commit(key, text, append, callback, sync)``; for snapshots in
+parts ``kvs_commit_ops(ops, callback, sync)`` and
+``kvs_lookup_treeobj(key, callback)``).
 """
 
 import errno
@@ -107,6 +140,19 @@ NOT_A_VALUE = (errno.EISDIR, errno.ENOTDIR, errno.EOPNOTSUPP, errno.ELOOP)
 #: Seconds a release entry is kept by snapshots: far longer than the
 #: job-manager takes to send the event batch with its ``epilog-finish``.
 RELEASE_GRACE = 2.0
+
+#: The KVS key a snapshot too large for one commit is written to, in
+#: parts, before it replaces :data:`KEY`.
+SIDE_KEY = KEY + "-next"
+
+#: Bytes of a snapshot written in one commit (the ``snapshot-chunk``
+#: option): libkvs encodes a commit in the job-manager's thread, some
+#: 10 ms for this much on a loaded machine.
+CHUNK_BYTES = 128 * 1024
+
+#: Tree object types of a value (``FLUX_KVS_TREEOBJ`` lookups): what
+#: :data:`SIDE_KEY` must hold to be swapped in.
+VALUE_TREEOBJS = ("val", "valref")
 
 
 class NotConfirmed(OSError):
@@ -181,18 +227,101 @@ def _json_line(timestamp, name, context):
     return json.dumps(entry, separators=(",", ":")) + "\n"
 
 
+class Recovering(Exception):
+    """A snapshot met a job whose holds are being recovered."""
+
+
+class Snapshot:
+    """The content of one snapshot, made part after part.
+
+    ``jobs`` are the job records at the start, read in turn as parts are
+    taken (a job no longer in ``table``, or replaced there, is skipped:
+    what became of its holds is in the records since); ``releases`` the
+    release entries kept at the start; :meth:`committed` adds the
+    records committed since, which follow.
+    """
+
+    def __init__(self, table, releases):
+        self.table = table
+        self.jobs = list(table.values())
+        self.next = 0
+        self.releases = releases
+        #: Records committed since the start, not in a part yet.
+        self.since = deque()
+        self.since_bytes = 0
+        #: Parts written to :data:`SIDE_KEY`, and bytes of the snapshot.
+        self.parts = 0
+        self.written = 0
+        #: The operations of the part not written yet, and of the swap
+        #: (each sent again as it was if it must go without sync).
+        self.part = None
+        self.swap = None
+        #: The records of the first round's batch were made before the
+        #: start: the snapshot has them already.
+        self.covered = True
+
+    def take(self, limit):
+        """Lines of the next part: ``limit`` bytes or a line more, fewer
+        only at the end.  Raises :class:`Recovering` if a job's holds are
+        not all known."""
+        lines = []
+        size = 0
+        jobs, table = self.jobs, self.table
+        while size < limit and self.next < len(jobs):
+            job = jobs[self.next]
+            self.next += 1
+            if job.recovering:
+                raise Recovering()
+            if table.get(job.id) is not job:
+                continue
+            for hold in job.holds.values():
+                line = hold_entry(hold)
+                lines.append(line)
+                size += len(line)
+        if self.next == len(jobs):
+            while size < limit and self.releases:
+                line = self.releases.popleft()
+                lines.append(line)
+                size += len(line)
+            while size < limit and self.since:
+                line = self.since.popleft()
+                lines.append(line)
+                size += len(line)
+                self.since_bytes -= len(line)
+        self.size = size
+        return lines
+
+    def content_left(self):
+        """True while the holds or releases of the start are not all
+        taken."""
+        return self.next < len(self.jobs) or bool(self.releases)
+
+    def committed(self, lines):
+        """A part was written, with the records ``lines`` appended to the
+        log in the same transaction."""
+        self.parts += 1
+        self.written += self.size
+        self.part = None
+        if self.covered:
+            self.covered = False
+            return
+        self.since.extend(lines)
+        self.since_bytes += sum(map(len, lines))
+
+
 class HoldLog:
     """Records of holds, group-committed to :data:`KEY` with a sync.
 
-    ``holds`` is a callable that returns every current hold for a
-    snapshot, or None while a snapshot would miss some (holds still being
-    recovered from the log).  Each ``callback`` given is called once, as
+    ``jobs`` is the gate's job table: its job records' holds are what a
+    snapshot is made of.  Each ``callback`` given is called once, as
     ``callback(error)``: None once the record is durable, else an OSError.
     """
 
-    def __init__(self, port, holds):
+    def __init__(self, port, jobs):
         self.port = port
-        self.holds = holds
+        self.jobs = jobs
+        #: Every current hold, or None while some are being recovered.
+        self.holds = jobs.holds
         # The next batch: its lines and the callbacks waiting on it.
         self.lines = []
         self.waiters = []
@@ -212,6 +341,13 @@ class HoldLog:
         self.snapshot_size = 0
         # The next commit must replace the key: an append found no value.
         self.replace = False
+        # The snapshot being written in parts (see Snapshot), or None;
+        # bytes of a part.
+        self.snap = None
+        self.chunk = CHUNK_BYTES
+        # SIDE_KEY may hold parts of a snapshot this gate gave up: the
+        # next snapshot, even in one commit, removes them.
+        self.side_left = False
 
     # Records
 
@@ -240,9 +376,10 @@ class HoldLog:
         if self.lines:
             self.waiters.append(callback)
             self._kick()
-        elif self.inflight is not None:
+        elif self.inflight is not None and self.sent:
             self.inflight.append(callback)
         else:
+            # (A part of a snapshot in flight carries no record.)
             callback(None)
 
     def _record(self, line, callback):
@@ -254,28 +391,63 @@ class HoldLog:
     # Commits
 
     def _kick(self):
-        """Send the next batch, unless a commit is in flight."""
-        if self.inflight is not None or not self.lines:
+        """Send the next batch (or the next part of a snapshot), unless a
+        commit is in flight."""
+        if self.inflight is not None or not (self.lines or self.snap):
             return
         self.sent, self.lines = self.lines, []
         self.inflight, self.waiters = self.waiters, []
         self._send()
 
     def _send(self):
-        live = self.holds() if self._due() else None
-        if live is not None:
-            text, append = self._snapshot(live), False
+        if self.snap is None and self._due():
+            text = self._begin_snapshot()
+            if text is not None:
+                self._send_whole(text)
+                return
+        if self.snap is not None:
+            self._send_part()
+        else:
+            self._send_batch()
+
+    def _send_batch(self):
+        if not self.sent:
+            # Only a snapshot, given up, was to be sent.
+            waiters, self.inflight = self.inflight, None
+            self._answer(waiters or (), None)
+            return
+        text = "".join(self.sent)
+        self.appends += 1
+        self.size += len(text)
+        self._send_text(text, True)
+
+    def _send_text(self, text, append):
+        if not append:
             self.appends = 0
             self.size = self.snapshot_size = len(text)
-        else:
-            text, append = "".join(self.sent), True
-            self.appends += 1
-            self.size += len(text)
         self.commits += 1
         try:
             self.port.kvs_commit(KEY, text, append, self._committed, sync=self.sync)
         except OSError as exc:
             self._committed(exc)
+
+    def _send_whole(self, text):
+        """Send a snapshot in one commit."""
+        if not self.side_left:
+            self._send_text(text, False)
+            return
+        self.appends = 0
+        self.size = self.snapshot_size = len(text)
+        self.commits += 1
+
+        def done(error):
+            if error is None:
+                self.side_left = False
+            self._committed(error)
+
+        self._commit_ops(
+            [("put", KEY, text), ("unlink", SIDE_KEY, None)], done, self.sync
+        )
 
     def _due(self):
         """True if the next commit should be a snapshot (by count or by
@@ -286,17 +458,144 @@ class HoldLog:
             or self.size >= max(MAX_BYTES, 2 * self.snapshot_size)
         )
 
+    # Snapshots in parts
+
+    def _begin_snapshot(self):
+        """Start a snapshot.  Return its text if it fits one commit (or
+        the key must be replaced at once); else return None, and either
+        :attr:`snap` is set (its first part is next) or a job is being
+        recovered (no snapshot now)."""
+        self._forget_releases(self.port.now())
+        snap = Snapshot(self.jobs, deque(line for _, line in self.recent))
+        limit = float("inf") if self.replace else self.chunk
+        try:
+            lines = snap.take(limit)
+        except Recovering:
+            return None
+        if not snap.content_left():
+            # Never empty: an empty value reads back as NULL.
+            return "".join(lines) or "\n"
+        # A put: whatever a crash left there is replaced.
+        snap.part = [("put", SIDE_KEY, "".join(lines))]
+        self.snap = snap
+        return None
+
+    def _send_part(self):
+        """Send the snapshot's next transaction: a part and the batch,
+        or the swap; or look the parts up first."""
+        snap = self.snap
+        if snap.swap is not None:
+            # Sent again (without sync).
+            self._send_swap(snap)
+            return
+        if snap.part is None:
+            if not snap.content_left() and snap.since_bytes <= self.chunk:
+                self._look_up_parts(snap)
+                return
+            try:
+                snap.part = [("append", SIDE_KEY, "".join(snap.take(self.chunk)))]
+            except Recovering:
+                self._abandon("a job is being recovered")
+                self._send_batch()
+                return
+        ops = list(snap.part)
+        if self.sent:
+            batch = "".join(self.sent)
+            ops.append(("append", KEY, batch))
+            self.appends += 1
+            self.size += len(batch)
+        self.commits += 1
+        self._commit_ops(
+            ops,
+            lambda error: self._part_committed(snap, error),
+            # Only the swap must be checkpointed, and the records.
+            self.sync and bool(self.sent),
+        )
+
+    def _commit_ops(self, ops, callback, sync):
+        try:
+            self.port.kvs_commit_ops(ops, callback, sync=sync)
+        except OSError as exc:
+            callback(exc)
+
+    def _part_committed(self, snap, error):
+        if snap is self.snap:
+            if error is None:
+                snap.committed(self.sent)
+            elif not (error.errno == errno.ENOSYS and self.sync):
+                self._abandon(f"writing {SIDE_KEY}: {error.strerror}")
+        self._committed(error)
+
+    def _look_up_parts(self, snap):
+        """Every part is written: look up :data:`SIDE_KEY`'s tree object
+        for the swap.  No commit is sent meanwhile; the batch waits."""
+        self.lines[:0], self.sent = self.sent, []
+        self.waiters[:0], self.inflight = self.inflight, []
+
+        def found(treeobj, error):
+            self._found_parts(snap, treeobj, error)
+
+        try:
+            self.port.kvs_lookup_treeobj(SIDE_KEY, found)
+        except OSError as exc:
+            found(None, exc)
+
+    def _found_parts(self, snap, treeobj, error):
+        # The lookup held the place of a commit.
+        self.inflight = None
+        if snap is not self.snap:
+            self._kick()
+            return
+        if error is None:
+            error = _value_treeobj_error(treeobj)
+        if error is not None:
+            self._abandon(f"looking {SIDE_KEY} up: {error}")
+            self._kick()
+            return
+        self.sent, self.lines = self.lines, []
+        self.inflight, self.waiters = self.waiters, []
+        tail = "".join(list(snap.since) + self.sent)
+        # In this order: the parts become the log, the rest follows.
+        snap.swap = [("put_treeobj", KEY, treeobj)]
+        if tail:
+            snap.swap.append(("append", KEY, tail))
+        snap.swap.append(("unlink", SIDE_KEY, None))
+        snap.written += len(tail)
+        self._send_swap(snap)
+
+    def _send_swap(self, snap):
+        self.commits += 1
+        self._commit_ops(snap.swap, lambda error: self._swapped(snap, error), self.sync)
+
+    def _swapped(self, snap, error):
+        if error is None:
+            if snap is self.snap:
+                self.snap = None
+            self.side_left = False
+            self.appends = 0
+            self.size = self.snapshot_size = snap.written
+        elif snap is self.snap and not (error.errno == errno.ENOSYS and self.sync):
+            self._abandon(f"swapping it in: {error.strerror}")
+        self._committed(error)
+
+    def _abandon(self, why):
+        """Give the snapshot in progress up: the log stays as it is."""
+        self.snap = None
+        self.side_left = True
+        self.port.log(syslog.LOG_ERR, f"{KEY}: snapshot given up: {why}")
+
+    def recovering(self):
+        """A job's holds are being rebuilt from the log: a snapshot in
+        progress would leave them out."""
+        if self.snap is not None:
+            self.snap = None
+            self.side_left = True
+
     def _forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""
         horizon = now - RELEASE_GRACE
         while self.recent and self.recent[0][0] < horizon:
             self.recent.popleft()
-
-    def _snapshot(self, live):
-        self._forget_releases(self.port.now())
-        releases = [line for _, line in self.recent]
-        # Never empty: an empty value reads back as NULL.
-        return "".join([hold_entry(hold) for hold in live] + releases) or "\n"
 
     def _committed(self, error):
         if error is not None and error.errno == errno.ENOSYS and self.sync:
@@ -360,6 +659,11 @@ class HoldLog:
         not known to be durable for the next plugin instance."""
         waiters = (self.inflight or []) + self.waiters
         self.unconfirmed = self.sent + self.lines
+        # Whatever of it the KVS carries out, the log stays complete; the
+        # next instance starts another.
+        if self.snap is not None:
+            self.snap = None
+            self.side_left = True
         if self.lines:
             try:
                 self.port.kvs_commit(
@@ -377,3 +681,15 @@ class HoldLog:
         self.port = port
         self.lines[:0], self.unconfirmed = self.unconfirmed, []
         self._kick()
+
+
+def _value_treeobj_error(treeobj):
+    """None if ``treeobj`` (JSON text) is the tree object of a value,
+    else what it is."""
+    try:
+        kind = json.loads(treeobj).get("type")
+    except (TypeError, ValueError, AttributeError):
+        return "not a tree object"
+    if kind not in VALUE_TREEOBJS:
+        return f"a tree object of type {kind!r}, not a value"
+    return None

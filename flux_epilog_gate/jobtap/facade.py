@@ -524,6 +524,84 @@ class Jobtap:
             )
         )
 
+    # Transactions of several operations (the hold log's snapshots)
+
+    def kvs_commit_ops(self, ops, callback, sync=False):
+        """Commit ``ops`` in one transaction without blocking; later call
+        ``callback(error)``, None on success.  ``ops`` is a list of ``(op,
+        key, value)``, applied in this order, all or none: ``"put"`` or
+        ``"append"`` ``value`` (text); ``"put_treeobj"`` ``value``, a tree
+        object's JSON text (as :meth:`kvs_lookup_treeobj` answers it: the
+        key then refers to the same content); ``"unlink"`` (``value`` is
+        ignored).  ``sync`` as for :meth:`kvs_commit`."""
+        # Through the bindings' checking wrappers: a few commits per
+        # snapshot, not one per batch of records.
+        txn = raw.flux_kvs_txn_create()
+        try:
+            for op, key, value in ops:
+                _txn_op(txn, op, key.encode(), value)
+            flags = flux.constants.FLUX_KVS_SYNC if sync else 0
+            future = Future(
+                raw.flux_kvs_commit(self.flux.handle, flux_ffi.NULL, flags, txn)
+            )
+        finally:
+            raw.flux_kvs_txn_destroy(txn)
+        # Kept with the requests in flight, dropped at close like them.
+        self._rpcs.add(future)
+
+        def done(future):
+            self._rpcs.discard(future)
+            try:
+                future.get()
+            except OSError as exc:
+                callback(exc)
+                return
+            callback(None)
+
+        future.then(self.contained("kvs commit", done))
+
+    def kvs_lookup_treeobj(self, key, callback):
+        """Look up the tree object of KVS ``key`` without blocking; later
+        call ``callback(treeobj, error)`` exactly once: its JSON text (for
+        a value, its data or the references of its blobs), or None and an
+        OSError."""
+        future = Future(
+            raw.flux_kvs_lookup(
+                self.flux.handle,
+                flux_ffi.NULL,
+                flux.constants.FLUX_KVS_TREEOBJ,
+                key.encode(),
+            )
+        )
+        self._lookups.add(future)
+
+        def done(future):
+            self._lookups.discard(future)
+            treeobj = flux_ffi.new("const char *[1]")
+            try:
+                raw.flux_kvs_lookup_get_treeobj(future.pimpl.handle, treeobj)
+            except OSError as exc:
+                callback(None, exc)
+                return
+            callback(flux_ffi.string(treeobj[0]).decode(), None)
+
+        future.then(self.contained("kvs lookup", done))
+
+
+def _txn_op(txn, op, key, value):
+    """Add operation ``op`` of :meth:`Jobtap.kvs_commit_ops` to ``txn``
+    (the wrappers raise OSError on failure)."""
+    if op == "put":
+        raw.flux_kvs_txn_put(txn, 0, key, value.encode())
+    elif op == "append":
+        raw.flux_kvs_txn_put(txn, flux.constants.FLUX_KVS_APPEND, key, value.encode())
+    elif op == "put_treeobj":
+        raw.flux_kvs_txn_put_treeobj(txn, 0, key, value.encode())
+    elif op == "unlink":
+        raw.flux_kvs_txn_unlink(txn, 0, key)
+    else:
+        raise ValueError(f"{op!r} is not a KVS transaction operation")
+
 
 def _parse_eventlog(data):
     events = []

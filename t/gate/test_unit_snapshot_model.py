@@ -1,0 +1,188 @@
+"""A model-based test of hold log snapshots written in parts (hypothesis'
+stateful testing), through the FakePort: random interleavings of holds,
+releases (pending: cancel; active: release), jobs reaching their epilog
+point, snapshots coming due, each commit and lookup answered or failed,
+and the plugin unloaded and loaded again (what it had sent is carried
+out, its answers never come).
+
+After every step, the hold log as the fake KVS holds it, replayed as
+recovery does, followed by the records not known to be durable (in
+flight, queued, or not confirmed at an unload), gives exactly the
+gate's holds; on its own it has every hold whose record was
+acknowledged.  At the end, once every commit is answered, one more
+snapshot leaves the log alone equal to the gate's holds and no side key.
+"""
+
+import errno
+
+from fakeport import OPS
+from hypothesis import HealthCheck, event, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from flux_epilog_gate.errors import GateError
+from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
+from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY
+
+from .test_unit_snapshot import gate_holds, replayed
+
+JOBS = st.integers(min_value=1, max_value=8)
+DESCRIPTIONS = st.sampled_from(["a", "b"])
+USER = 1000
+
+
+class SnapshotMachine(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        from fakeport import FakePort
+
+        self.port = FakePort()
+        self.gate = Gate(self.port)
+        # A part is an entry or two: snapshots of a few holds have parts.
+        self.gate.holdlog.chunk = 150
+        #: Holds whose record was acknowledged: hold object -> key.
+        self.acknowledged = {}
+        # Jobs 1 to 8, each with a hold already recorded.
+        for jobid in range(1, 9):
+            self.port.add_job(jobid, SCHED, USER)
+            self.hold(jobid, "p")
+        self.port.defer_commits = True
+        # The first commit starts a snapshot.
+        self.snapshot_due()
+
+    # Requests and the jobs
+
+    def tick(self):
+        """Time moves between two requests, as a wall clock does (two
+        entries of one hold at one time would be replayed in log order)."""
+        self.port.clock += 0.001
+
+    @rule(jobid=JOBS, description=DESCRIPTIONS)
+    def hold(self, jobid, description):
+        self.tick()
+
+        def done(hold, error):
+            if error is None:
+                self.acknowledged[hold] = (jobid, description)
+
+        try:
+            self.gate.hold(jobid, description, done=done)
+        except GateError:
+            pass
+
+    @rule(jobid=JOBS, description=DESCRIPTIONS, status=st.sampled_from([0, 1]))
+    def release(self, jobid, description, status):
+        self.tick()
+        try:
+            self.gate.release(jobid, description, status, done=lambda *args: None)
+        except GateError:
+            pass
+
+    @rule(jobid=JOBS)
+    def reach_epilog_point(self, jobid):
+        self.tick()
+        if self.port.jobs[jobid].state != CLEANUP:
+            self.port.set_state(jobid, CLEANUP)
+            self.gate.on_cleanup(jobid)
+
+    @rule(seconds=st.sampled_from([0.0, 0.5, 3.0]))
+    def advance(self, seconds):
+        self.port.advance(seconds)
+
+    @rule()
+    def snapshot_due(self):
+        self.gate.holdlog.appends = holdlog.MAX_APPENDS
+
+    # The KVS
+
+    @precondition(lambda self: self.port.pending_commits)
+    @rule(fail=st.sampled_from([None, None, None, errno.EIO, errno.ENOSYS]))
+    def answer_commit(self, fail):
+        key, ops, _, _ = self.port.pending_commits[0]
+        if key == OPS:
+            kind = "swap" if ops[0][0] == "put_treeobj" else "part"
+            event(f"{kind} {'failed' if fail else 'written'}")
+        self.port.complete_commit(fail)
+
+    @precondition(lambda self: self.port.pending_commits or self.port.pending_lookups)
+    @rule(steps=st.integers(min_value=1, max_value=12))
+    def answer_several(self, steps):
+        """Up to ``steps`` commits and lookups answered, in order, none
+        failed: a snapshot gets on."""
+        for _ in range(steps):
+            if self.port.pending_commits:
+                self.answer_commit(None)
+            elif self.port.pending_lookups:
+                self.answer_lookup(None)
+
+    @precondition(lambda self: self.port.pending_lookups)
+    @rule(fail=st.sampled_from([None, None, errno.EIO]))
+    def answer_lookup(self, fail):
+        event(f"lookup {'failed' if fail else 'answered'}")
+        self.port.complete_lookup(fail)
+
+    # The plugin
+
+    @rule()
+    def reload(self):
+        """The plugin is removed (what it sent is carried out, but never
+        answered to it) and loaded again."""
+        if self.gate.holdlog.snap is not None:
+            event("reload during a snapshot")
+        self.gate.suspend()
+        self.port.orphan()
+        self.gate.attach(self.port)
+
+    # What must hold after every step
+
+    def undurable(self):
+        log = self.gate.holdlog
+        return log.unconfirmed + log.sent + log.lines
+
+    @invariant()
+    def the_log_and_what_is_not_durable_yet_are_the_holds(self):
+        text = self.port.kvs.get(KEY, "") + "".join(self.undurable())
+        assert replayed(text) == gate_holds(self.gate)
+
+    @invariant()
+    def every_acknowledged_hold_is_in_the_log(self):
+        logged = replayed(self.port.kvs.get(KEY, ""))
+        for hold, key in self.acknowledged.items():
+            job = self.gate.jobs.get(key[0])
+            if job is not None and job.holds.get(key[1]) is hold:
+                assert key in logged, key
+
+    def teardown(self):
+        port, gate = self.port, self.gate
+        # Everything answered, no failure.
+        drain(port)
+        assert replayed(port.kvs.get(KEY, "")) == gate_holds(gate)
+        # One more snapshot, to its end: the side key goes.
+        gate.holdlog.appends = holdlog.MAX_APPENDS
+        port.add_job(99, SCHED, USER)
+        self.tick()
+        gate.hold(99, "end")
+        drain(port)
+        assert gate.holdlog.snap is None
+        assert SIDE_KEY not in port.kvs
+        assert replayed(port.kvs[KEY]) == gate_holds(gate)
+
+
+def drain(port, limit=10000):
+    for _ in range(limit):
+        if port.pending_commits:
+            port.complete_commit()
+        elif port.pending_lookups:
+            port.complete_lookup()
+        else:
+            return
+    raise AssertionError("commits never stop")
+
+
+SnapshotMachine.TestCase.settings = settings(
+    max_examples=100,
+    stateful_step_count=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+test_snapshots_in_parts = SnapshotMachine.TestCase

@@ -1,0 +1,206 @@
+"""Hold log snapshots written in parts, under a real job-manager
+(holdlog.py, "Snapshots in parts").
+
+The instances load the gate with ``snapshot-chunk`` at its minimum
+(1 KiB), so that a snapshot of some 1,500 holds is written in 150 parts
+to epilog-gate.holds-next before it is swapped in.  A snapshot is
+brought on by MAX_APPENDS commits (one request at a time).  Checked:
+the swapped log is every hold and a restart recovers them all; a SIGKILL
+in the middle loses no acknowledged hold and the part-written side key
+it leaves is replaced by the next snapshot; whatever is at the side key
+beforehand (a directory here) is replaced and removed.
+"""
+
+import json
+import time
+
+import flux.job
+import pytest
+from flux.core.inner import ffi, lib, raw
+from flux.job import JobspecV1
+from jobs import dmesg, query
+
+from flux_epilog_gate import EpilogGate
+from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, SIDE_KEY, parse
+from flux_epilog_gate.gate.holds import HOLD_EVENT
+
+#: Held jobs: with a 1 KiB chunk, a snapshot of some 150 parts.
+HELD = 1500
+CHUNK = 1024
+#: Only the gate's own syncs checkpoint during a test.
+CONFIG = '\n[kvs]\ncheckpoint-period = "1h"\n'
+
+
+@pytest.fixture
+def inst(new_instance):
+    return new_instance(config=CONFIG, plugin_conf={"snapshot-chunk": CHUNK})
+
+
+def submit_waiting(handle, count, window=256):
+    """``count`` jobs that wait in SCHED (urgency 0), submitted
+    ``window`` at a time."""
+    spec = JobspecV1.from_command(["true"]).dumps()
+    ids = []
+    while len(ids) < count:
+        futures = [
+            flux.job.submit_async(handle, spec, urgency=0)
+            for _ in range(min(window, count - len(ids)))
+        ]
+        ids.extend(int(f.get_id()) for f in futures)
+    return ids
+
+
+def hold_all(gate, jobids, description="bb", window=500):
+    """Hold every job, ``window`` requests in flight; every answer."""
+    for start in range(0, len(jobids), window):
+        futures = [
+            gate.hold_async(jobid, description)
+            for jobid in jobids[start : start + window]
+        ]
+        for future in futures:
+            assert future.get()["state"] == "pending"
+
+
+def churn(gate, jobid, commits):
+    """``commits`` synced commits: a hold and its release, one at a time."""
+    for _ in range(commits // 2):
+        gate.hold(jobid, "churn")
+        assert gate.release(jobid, "churn") == {"released": True}
+
+
+def side_exists(handle):
+    """True if there is anything at the side key (a directory too): its
+    tree object is looked up, and the future destroyed at once (this is
+    polled)."""
+    future = raw.flux_kvs_lookup(
+        handle.handle, ffi.NULL, lib.FLUX_KVS_TREEOBJ, SIDE_KEY.encode()
+    )
+    treeobj = ffi.new("const char *[1]")
+    try:
+        raw.flux_kvs_lookup_get_treeobj(future, treeobj)
+    except FileNotFoundError:
+        return False
+    finally:
+        raw.flux_future_destroy(future)
+    return True
+
+
+def log_treeobj(inst):
+    return json.loads(inst.flux("kvs", "get", "--treeobj", KEY).stdout)
+
+
+def listed(gate):
+    return {(h["id"], h["description"]) for h in gate.list()}
+
+
+def logged(inst):
+    return parse(inst.flux("kvs", "get", KEY).stdout)
+
+
+def replayed(jobs):
+    """The holds log entries ``jobs`` leave, each job's replayed in time
+    order as recovery does: a set of (id, description)."""
+    held = set()
+    for jobid, entries in jobs.items():
+        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
+            key = (jobid, context["description"])
+            if name == HOLD_EVENT:
+                held.add(key)
+            else:
+                held.discard(key)
+    return held
+
+
+def test_a_snapshot_in_parts_is_the_log_and_a_restart_recovers_every_hold(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobids = submit_waiting(handle, HELD + 1)
+    held, spare = jobids[:-1], jobids[-1]
+    hold_all(gate, held)
+    before = query(inst)["counters"]["log_commits"]
+    churn(gate, spare, MAX_APPENDS + 2)
+    # The snapshot goes on by itself; wait until it is swapped in.
+    deadline = time.monotonic() + 120
+    while side_exists(handle) or log_treeobj(inst)["type"] != "valref":
+        assert time.monotonic() < deadline, "the snapshot never completed"
+        time.sleep(0.1)
+    treeobj = log_treeobj(inst)
+    # Its parts are the log's blobs, each at most a chunk and an entry.
+    assert len(treeobj["data"]) > HELD * 100 // CHUNK // 2, treeobj
+    assert query(inst)["counters"]["log_commits"] - before > MAX_APPENDS + 50
+    jobs, skipped = logged(inst)
+    assert skipped == [] and set(held) <= set(jobs)
+    # Only the holds: the churn's cancelled holds are gone.
+    assert all(len(entries) == 1 for entries in (jobs[j] for j in held))
+    assert not side_exists(handle)
+
+    inst.stop()
+    inst.start()
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    assert listed(gate) == {(jobid, "bb") for jobid in held}
+    assert dmesg(inst, "skipped") == []
+
+
+def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobids = submit_waiting(handle, HELD + 200)
+    held, spare, late = jobids[:HELD], jobids[HELD], jobids[HELD + 1 :]
+    hold_all(gate, held)
+    churn(gate, spare, MAX_APPENDS // 2)
+    # One hold at a time until a snapshot is being written, then a few
+    # more, each acknowledged while parts go on, and the broker is killed.
+    acknowledged = []
+    during = 0
+    for jobid in late:
+        assert gate.hold(jobid, "late")["state"] == "pending"
+        acknowledged.append(jobid)
+        if side_exists(handle):
+            during += 1
+            if during == 3:
+                break
+    assert during == 3, "no snapshot in parts was seen"
+    inst.kill()
+    assert not inst.alive()
+    inst.start()
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+
+    # Killed before the swap: its part-written side key is left, ignored.
+    assert side_exists(handle)
+    holds = listed(gate)
+    assert {(jobid, "bb") for jobid in held} <= holds
+    assert {(jobid, "late") for jobid in acknowledged} <= holds
+    assert dmesg(inst, "skipped") == [] and dmesg(inst, "Traceback") == []
+
+    # The next snapshot replaces the stale side key, and removes it.
+    churn(gate, spare, MAX_APPENDS + 2)
+    deadline = time.monotonic() + 120
+    while side_exists(handle):
+        assert time.monotonic() < deadline, "the snapshot never completed"
+        time.sleep(0.1)
+    jobs, skipped = logged(inst)
+    assert skipped == [] and replayed(jobs) == holds
+    inst.kill()
+    inst.start()
+    assert listed(EpilogGate(inst.handle())) == holds
+
+
+def test_a_directory_at_the_side_key_is_replaced_and_removed(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    inst.flux("kvs", "put", f"{SIDE_KEY}.junk=1")
+    jobids = submit_waiting(handle, HELD + 1)
+    held, spare = jobids[:-1], jobids[-1]
+    hold_all(gate, held)
+    churn(gate, spare, MAX_APPENDS + 2)
+    deadline = time.monotonic() + 120
+    while side_exists(handle) or log_treeobj(inst)["type"] != "valref":
+        assert time.monotonic() < deadline, "the snapshot never completed"
+        time.sleep(0.1)
+    assert not side_exists(handle)
+    assert len(log_treeobj(inst)["data"]) > 10
+    jobs, skipped = logged(inst)
+    assert skipped == [] and set(held) <= set(jobs)
+    assert dmesg(inst, "snapshot given up") == []
