@@ -28,29 +28,47 @@ def default_lines(holds, now, username, no_header=False):
     ids = [f58(hold["id"]) for hold in holds]
     descriptions = [hold["description"] for hold in holds]
     users = [username(hold["userid"]) for hold in holds]
-
-    w_id = _widest(ids, 12, "JOBID", no_header, empty)
-    w_desc = _widest(descriptions, 11, "DESCRIPTION", no_header, empty)
-    w_user = _widest(users, 8, "USER", no_header, empty)
+    # Fixed widths baked into one %-format: str values only, padded as
+    # format()'s "<" and ">" pad them.
+    row = (
+        f"%-{_widest(ids, 12, 'JOBID', no_header, empty)}s "
+        f"%-{_widest(descriptions, 11, 'DESCRIPTION', no_header, empty)}s "
+        f"%-7s %-6s %-{_widest(users, 8, 'USER', no_header, empty)}s %7s %7s %7s"
+    )
     lines = []
     if not no_header:
         lines.append(
-            f"{'JOBID':<{w_id}} {'DESCRIPTION':<{w_desc}} {'STATE':<7} "
-            f"{'POINT':<6} {'USER':<{w_user}} {'AGE':>7} {'ACTIVE':>7} "
-            f"{'TIMEOUT':>7}"
+            row
+            % (
+                "JOBID",
+                "DESCRIPTION",
+                "STATE",
+                "POINT",
+                "USER",
+                "AGE",
+                "ACTIVE",
+                "TIMEOUT",
+            )
         )
-    for hold, jobid, description, user in zip(holds, ids, descriptions, users):
-        t_start = hold.get("t_start")
-        timeout = hold.get("timeout")
-        active = (
-            "-" if t_start is None else _or_dash(fsd(max(0.0, now - t_start)), empty)
+    timeouts = _Durations(empty)
+    lines += [
+        row
+        % (
+            jobid,
+            description,
+            hold["state"],
+            hold.get("point", "epilog"),
+            user,
+            fsd(max(0.0, now - hold["t_hold"])),
+            (
+                "-"
+                if (t_start := hold.get("t_start")) is None
+                else _or_dash(fsd(max(0.0, now - t_start)), empty)
+            ),
+            timeouts[hold.get("timeout")],
         )
-        lines.append(
-            f"{jobid:<{w_id}} {description:<{w_desc}} {hold['state']:<7} "
-            f"{hold.get('point', 'epilog'):<6} {user:<{w_user}} "
-            f"{fsd(max(0.0, now - hold['t_hold'])):>7} {active:>7} "
-            f"{'-' if timeout is None else _or_dash(fsd(timeout), empty):>7}"
-        )
+        for hold, jobid, description, user in zip(holds, ids, descriptions, users)
+    ]
     return lines
 
 
@@ -59,14 +77,25 @@ def _widest(values, least, heading, no_header, empty):
     is no header), or its widest value's (one flux takes for empty
     counts as none)."""
     widest = max(least, 0 if no_header else len(heading))
-    for value in values:
-        if len(value) > widest and value not in empty:
-            widest = len(value)
-    return widest
+    return max(widest, max(map(len, set(values) - empty), default=0))
 
 
 def _or_dash(text, empty):
     return "-" if text in empty else text
+
+
+class _Durations(dict):
+    """A ``{timeout!F:>7h}`` column's texts by value: holds share a few
+    timeouts.  An int and an equal float give the same text."""
+
+    def __init__(self, empty):
+        super().__init__()
+        self.empty = empty
+        self[None] = "-"
+
+    def __missing__(self, value):
+        text = self[value] = _or_dash(fsd(value), self.empty)
+        return text
 
 
 class F58:
@@ -76,7 +105,7 @@ class F58:
     def __init__(self):
         from _flux._core import ffi, lib
 
-        self.ffi = ffi
+        self.string = ffi.string
         self.encode = lib.flux_job_id_encode
         self.buf = ffi.new("char[]", 128)
 
@@ -85,4 +114,4 @@ class F58:
             from flux.job import JobID
 
             return JobID(jobid).f58  # raises as flux would
-        return self.ffi.string(self.buf).decode("utf-8")
+        return self.string(self.buf).decode("utf-8")
