@@ -29,7 +29,6 @@ import time
 
 import flux
 from flux.core.inner import raw
-from flux.job import JobID
 from flux.util import parse_fsd
 
 from .rpc import GateRPC, NoAnswerError
@@ -49,6 +48,11 @@ __all__ = ["EpilogGate", "NoAnswerError"]
 
 def _jobid(jobid):
     """Any Flux job id form (int, f58, decimal, hex, words) as an int."""
+    if type(jobid) is int:
+        return jobid
+    # Imported when needed: flux.job is a long import for a command.
+    from flux.job import JobID
+
     return int(JobID(jobid))
 
 

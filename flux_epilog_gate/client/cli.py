@@ -20,21 +20,22 @@ import functools
 import json
 import logging
 import math
+import operator
 import os
 import pwd
 import sys
 import time
 
-# The package's __init__ has made flux-core's bindings importable.
+# The package's __init__ has made flux-core's bindings importable.  What
+# only some commands need (flux.job, the gate's configuration) is imported
+# where it is used: a list of many holds should not wait for it.
 import flux
 from flux.cli.argparse import FluxArgumentParser
-from flux.job import JobID
 from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_fsd
 
-from ..gate.config import Config, ConfigError, duration_problem, parse_duration
-from ..gate.holds import description_error
 from ..paths import PLUGINS, plugin_path
 from . import EpilogGate, NoAnswerError
+from .table import DEFAULT_FORMAT, default_lines
 
 PROG = "flux-epilog-gate"
 LOGGER = logging.getLogger(PROG)
@@ -54,6 +55,12 @@ class Usage(Exception):
 # Argument types
 
 
+def JobID(value):  # noqa: N802 (flux.job.JobID, imported when used)
+    from flux.job import JobID
+
+    return JobID(value)
+
+
 def jobid(text):
     try:
         return JobID(text)
@@ -63,6 +70,8 @@ def jobid(text):
 
 def timeout(text):
     """A Flux Standard Duration greater than 0 (``90``, ``90s``, ``10m``)."""
+    from ..gate.config import ConfigError, duration_problem, parse_duration
+
     try:
         seconds = parse_fsd(text)
     except ValueError:
@@ -154,10 +163,7 @@ class HoldConfig(UtilConfig):
     builtin_formats = {
         "default": {
             "description": "Default list format",
-            "format": (
-                "+:{id.f58:<12} +:{description:<11} {state:<7} {point:<6} "
-                "+:{username:<8} {age!F:>7} {active!F:>7h} {timeout!F:>7h}"
-            ),
+            "format": DEFAULT_FORMAT,
         },
         "long": {
             "description": "With user ids and the times of hold and start",
@@ -191,6 +197,8 @@ def cmd_path(args):
 
 def cmd_load(args):
     """Check the options here, where a bad one can be named, then load."""
+    from ..gate.config import Config
+
     options = dict(args.options)
     Config.from_sources(options)
     request = {"load": plugin_path()}
@@ -237,6 +245,8 @@ def release_targets(gate, args):
     """``(description, [(jobid, description)...])`` from the arguments."""
     *jobids, description = args.arguments
     if args.all:
+        from ..gate.holds import description_error
+
         if jobids:
             raise Usage("--all takes a DESCRIPTION and no JOBID")
         problem = description_error(description)
@@ -260,20 +270,39 @@ def release_targets(gate, args):
 def cmd_list(args):
     gate = EpilogGate(flux.Flux())
     holds, status = fetch_holds(gate, args.jobids)
-    holds = [hold for hold in holds if wanted(hold, args)]
-    holds.sort(key=lambda h: (h["id"], h["description"]))
+    if args.states or args.userids is not None or args.descriptions:
+        holds = [hold for hold in holds if wanted(hold, args)]
+    holds.sort(key=operator.itemgetter("id", "description"))
     if args.json:
         print(json.dumps(holds))
     else:
         try:
             fmt = HoldConfig().load().get_format_string(args.format)
-            formatter = HoldFormat(fmt)
+            formatter = None if fmt == DEFAULT_FORMAT else HoldFormat(fmt)
         except ValueError as exc:
             raise Usage(str(exc)) from None
         now = time.time()
-        items = [HoldInfo(hold, now) for hold in holds]
-        formatter.print_items(items, no_header=args.no_header)
+        if formatter is None:
+            print_lines(default_lines(holds, now, username, args.no_header))
+        else:
+            items = [HoldInfo(hold, now) for hold in holds]
+            formatter.print_items(items, no_header=args.no_header)
     return status
+
+
+def print_lines(lines):
+    """Print ``lines`` at once (as print_items would, one by one)."""
+    if not lines:
+        return
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+    except UnicodeEncodeError:
+        # Not written: encoding comes first.  Each line as flux prints it.
+        for line in lines:
+            try:
+                print(line)
+            except UnicodeEncodeError:
+                print(line.encode("utf-8", errors="surrogateescape").decode())
 
 
 def fetch_holds(gate, jobids):
@@ -568,7 +597,7 @@ def _run(argv):
         return EXIT_NO_ANSWER
     except BrokenPipeError:
         raise
-    except (OSError, ConfigError, ValueError) as exc:
+    except (OSError, ValueError) as exc:  # ConfigError is a ValueError
         LOGGER.error("%s", getattr(exc, "strerror", None) or exc)
         if getattr(exc, "errno", None) == errno.ENOSYS:
             LOGGER.error("is the plugin loaded? flux jobtap load $(%s path)", PROG)

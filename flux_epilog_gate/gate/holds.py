@@ -11,7 +11,6 @@ with ``dependency-add``/``dependency-remove``; it is active from the
 moment it is registered (see :mod:`flux_epilog_gate.gate.depend`).
 """
 
-import json
 import math
 import re
 
@@ -177,37 +176,12 @@ class Hold:
             entry["timeout"] = self.timeout
         return entry
 
-    def to_json(self, quote=None):
-        """Return :meth:`to_dict` as compact JSON text, written out
-        directly when json would write every value as it is (a list of
-        100,000 holds is answered from the job-manager's thread).
-        ``quote``: a :class:`Quoter` shared by the holds of one answer."""
-        quote = quote or Quoter()
-        description = quote(self.description)
-        state = quote(self.state)
-        point = quote(self.point)
-        t_hold = _number(self.t_hold)
-        extra = ""
-        if self.t_start is not None:
-            start = _number(self.t_start)
-            extra = None if start is None else f',"t_start":{start}'
-        if self.timeout is not None and extra is not None:
-            timeout = _number(self.timeout)
-            extra = None if timeout is None else f'{extra},"timeout":{timeout}'
-        if (
-            description is None
-            or state is None
-            or point is None
-            or t_hold is None
-            or extra is None
-            or type(self.id) is not int
-            or type(self.userid) is not int
-        ):
-            return json.dumps(self.to_dict(), separators=(",", ":"))
-        return (
-            f'{{"id":{self.id},"description":{description},"state":{state},'
-            f'"userid":{self.userid},"t_hold":{t_hold},"point":{point}{extra}}}'
-        )
+    def to_json(self):
+        """Return :meth:`to_dict` as compact JSON text, as ``list``
+        answers it (see :mod:`flux_epilog_gate.gate.listing`)."""
+        from .listing import entries
+
+        return entries((self,))[0]
 
     def __repr__(self):
         return f"Hold({self.id}, {self.description!r}, {self.state})"
@@ -238,20 +212,3 @@ def _quote(value):
     if isinstance(value, str) and _VERBATIM(value):
         return f'"{str.__str__(value)}"'
     return None
-
-
-class Quoter:
-    """:func:`json_scalar` of strings, remembered: the holds of a list
-    answer share a few descriptions, states and points."""
-
-    def __init__(self):
-        self.memo = {}
-
-    def __call__(self, value):
-        try:
-            return self.memo[value]
-        except (KeyError, TypeError):
-            text = _quote(value)
-            if text is not None:
-                self.memo[value] = text
-            return text

@@ -8,7 +8,8 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import NotConfirmed
-from .holds import ACTIVE, DEPEND, EPILOG, Hold, Quoter, Reason
+from .holds import ACTIVE, DEPEND, EPILOG, Hold, Reason
+from .listing import list_answer
 from .states import INACTIVE
 
 
@@ -181,12 +182,9 @@ class Requests:
 
     def list_json(self, jobid=None, userid=None):
         """The answer to ``list`` (``{"holds": [...]}``) as JSON text: of
-        :meth:`list`'s entries, each written out by the hold itself."""
-        quote = Quoter()
-        entries = ",".join(
-            [hold.to_json(quote) for hold in self._listed(jobid, userid)]
-        )
-        return f'{{"holds":[{entries}]}}'
+        :meth:`list`'s entries, written out directly (see
+        :mod:`flux_epilog_gate.gate.listing`)."""
+        return list_answer(self._listed(jobid, userid))
 
     def _listed(self, jobid, userid):
         if jobid is not None:

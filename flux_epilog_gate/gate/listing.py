@@ -1,0 +1,91 @@
+"""The answer to ``list``: every listed hold's entry as compact JSON text,
+the text ``json.dumps`` writes of :meth:`Hold.to_dict
+<flux_epilog_gate.gate.holds.Hold.to_dict>`, key for key.
+
+A list of 100,000 holds is answered from the job-manager's thread, so an
+entry is one f-string: the fixed texts of a hold's state and point are
+constants, a description's quoted text is made once per answer, and the
+hold's time is the slice of its hold-log line (:func:`hold_entry
+<flux_epilog_gate.gate.holdlog.hold_entry>`, ``{"timestamp":T,...``)
+that json wrote of it already: writing a float out again is the dearest
+part of an entry, and keeping another string per hold would cost memory.
+Any value the constants do not cover is written by json.
+"""
+
+import json
+from math import isfinite
+
+from .holds import ACTIVE, DEPEND, EPILOG, PENDING, PROLOG
+
+_PENDING = ',"state":"pending","userid":'
+_ACTIVE = ',"state":"active","userid":'
+_EPILOG = ',"point":"epilog"'
+_PROLOG = ',"point":"prolog"'
+_DEPEND = ',"point":"depend"'
+_T_START = ',"t_start":'
+_TIMEOUT = ',"timeout":'
+
+
+def list_answer(holds):
+    """The text of ``{"holds": [...]}`` of ``holds``' entries."""
+    return '{"holds":[' + ",".join(entries(holds)) + "]}"
+
+
+def entries(holds):
+    """Each hold's list entry, as JSON text."""
+    quoted = _Quoted()
+    timeouts = _Timeouts()
+    return [
+        f'{{"id":{h.id},"description":'
+        f"{quoted[d] if (d := h.description) in quoted else quoted.add(d)}"
+        f"{_PENDING if (s := h.state) is PENDING else _ACTIVE if s is ACTIVE else _state(s)}"  # noqa: E501
+        f'{h.userid},"t_hold":'
+        # 13: where the timestamp starts, after '{"timestamp":'.
+        f"{e[13:e.find(',', 13)] if type(e := h.entry) is str else _number(h.t_hold)}"
+        f"{_EPILOG if (p := h.point) is EPILOG else _PROLOG if p is PROLOG else _DEPEND if p is DEPEND else _point(p)}"  # noqa: E501
+        f'{"" if (t := h.t_start) is None else _T_START + _number(t)}'
+        f'{"" if (o := h.timeout) is None else _TIMEOUT + (timeouts[o] if type(o) is float and o in timeouts else timeouts.add(o))}'  # noqa: E501
+        "}"
+        for h in holds
+    ]
+
+
+def _number(value):
+    """A number as json writes it: a finite float as ``repr`` does (json
+    writes NaN and the infinities its own way)."""
+    if type(value) is float and isfinite(value):
+        return repr(value)
+    return json.dumps(value)
+
+
+def _state(state):
+    return f',"state":{json.dumps(state)},"userid":'
+
+
+def _point(point):
+    return f',"point":{json.dumps(point)}'
+
+
+class _Quoted(dict):
+    """Descriptions' JSON texts, by description: the holds of an answer
+    share a few."""
+
+    def add(self, description):
+        text = json.dumps(description)
+        try:
+            self[description] = text
+        except TypeError:  # not a string: written each time
+            pass
+        return text
+
+
+class _Timeouts(dict):
+    """Timeouts' JSON texts: a hold's timeout is most often the
+    configured one, a float (written the dearest).  Only positive floats
+    are kept (an int or -0.0 equal to a kept float is written apart)."""
+
+    def add(self, timeout):
+        text = json.dumps(timeout)
+        if type(timeout) is float and timeout > 0:
+            self[timeout] = text
+        return text

@@ -1,0 +1,104 @@
+"""The ``list`` answer written out directly (gate/listing.py) is the text
+json writes of the holds' dicts, for any holds: with or without their
+hold-log line, in any state and point, with shared and distinct
+descriptions and timeouts (an int and an equal float are written apart)."""
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flux_epilog_gate.gate import holds
+from flux_epilog_gate.gate.holdlog import hold_entry
+from flux_epilog_gate.gate.listing import entries, list_answer
+
+
+def dumped(hold_list):
+    return json.dumps(
+        {"holds": [hold.to_dict() for hold in hold_list]}, separators=(",", ":")
+    )
+
+
+DESCRIPTIONS = st.one_of(
+    st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True),
+    st.sampled_from(["bb-teardown", "unmount", "a"]),
+    st.text(max_size=8),
+)
+NUMBERS = st.one_of(
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.integers(min_value=-(2**63), max_value=2**64),
+    st.sampled_from([600, 600.0, -0.0, 0.0, 0, 1e16, 1.5]),
+)
+
+hold_values = st.fixed_dictionaries(
+    {
+        "jobid": st.integers(min_value=0, max_value=2**64 - 1),
+        "description": DESCRIPTIONS,
+        "userid": st.integers(min_value=0, max_value=2**32 - 1),
+        "t_hold": st.one_of(
+            st.floats(min_value=1e9, max_value=2e9), st.floats(), st.integers()
+        ),
+        "timeout": st.one_of(st.none(), NUMBERS),
+        "point": st.sampled_from(list(holds.Point) + list(holds.POINTS)),
+        "state": st.sampled_from(list(holds.HoldState) + ["pending", "active"]),
+        "t_start": st.one_of(st.none(), NUMBERS),
+        "logged": st.booleans(),
+    }
+)
+
+
+def make(values):
+    hold = holds.Hold(
+        values["jobid"],
+        values["description"],
+        values["userid"],
+        values["t_hold"],
+        values["timeout"],
+        values["point"],
+    )
+    hold.state = values["state"]
+    hold.t_start = values["t_start"]
+    if values["logged"]:
+        hold_entry(hold)  # the line the hold keeps once recorded
+    return hold
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(hold_values, max_size=12))
+def test_an_answer_is_the_text_json_writes_of_the_holds_dicts(values):
+    hold_list = [make(v) for v in values]
+    assert list_answer(hold_list) == dumped(hold_list)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(hold_values, min_size=1, max_size=6))
+def test_each_entry_is_one_holds_dict_as_json_writes_it(values):
+    hold_list = [make(v) for v in values]
+    for hold, text in zip(hold_list, entries(hold_list)):
+        assert text == json.dumps(hold.to_dict(), separators=(",", ":"))
+        assert hold.to_json() == text
+
+
+def test_equal_timeouts_of_different_types_are_written_each_as_itself():
+    hold_list = [
+        holds.Hold(1, "a", 0, 1.5, timeout)
+        for timeout in (600.0, 600, 600.0, 0.0, -0.0, 0, float("inf"))
+    ]
+    assert list_answer(hold_list) == dumped(hold_list)
+    texts = [json.loads(t)["timeout"] for t in entries(hold_list)]
+    assert [type(t) for t in texts[:3]] == [float, int, float]
+
+
+def test_the_hold_time_comes_from_the_kept_log_line_as_json_wrote_it():
+    hold = holds.Hold(7, "bb", 1000, 1764612345.123456, 600.0, holds.PROLOG)
+    line = hold_entry(hold)
+    assert line.startswith('{"timestamp":1764612345.123456,')
+    text = entries([hold])[0]
+    assert '"t_hold":1764612345.123456,' in text
+    assert text == json.dumps(hold.to_dict(), separators=(",", ":"))
+
+
+def test_listing_a_hold_leaves_it_as_it_was():
+    hold = holds.Hold(7, "bb", 1000, 1.25)
+    entries([hold])
+    assert hold.entry is None

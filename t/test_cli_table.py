@@ -1,0 +1,163 @@
+"""The default ``list`` table, written directly (client/table.py), is the
+text flux's OutputFormat prints of the same holds in the same format; and
+the command prints it so from a real instance's answer."""
+
+import contextlib
+import io
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from flux_epilog_gate.client import cli
+from flux_epilog_gate.client.table import DEFAULT_FORMAT, default_lines
+
+#: The default format with a spec that changes nothing in its output but
+#: makes it another format: printed by flux's OutputFormat.
+SAME_BY_OUTPUTFORMAT = DEFAULT_FORMAT.replace("{state:<7}", "{state:<7s}")
+
+
+def by_outputformat(holds, now, no_header, fmt=DEFAULT_FORMAT):
+    out = io.StringIO()
+    items = [cli.HoldInfo(hold, now) for hold in holds]
+    with contextlib.redirect_stdout(out):
+        cli.HoldFormat(fmt).print_items(items, no_header=no_header)
+    return out.getvalue()
+
+
+def directly(holds, now, no_header):
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        cli.print_lines(default_lines(holds, now, cli.username, no_header))
+    return out.getvalue()
+
+
+NOW = 1_764_612_345.5
+durations = st.one_of(
+    st.floats(min_value=0, max_value=1e8, allow_nan=False),
+    st.integers(min_value=0, max_value=10**8),
+    st.sampled_from([0, 0.0, 0.0004, 0.001, 9.9999, 59.99, 3600, float("inf")]),
+)
+hold_dicts = st.builds(
+    lambda jobid, description, state, point, userid, age, active, timeout: {
+        "id": jobid,
+        "description": description,
+        "state": state,
+        "userid": userid,
+        "t_hold": NOW - age,
+        **({} if point is None else {"point": point}),
+        **({} if active is None else {"t_start": NOW - active}),
+        **({} if timeout is None else {"timeout": timeout}),
+    },
+    jobid=st.integers(min_value=0, max_value=2**63 - 1),
+    description=st.one_of(
+        st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True),
+        st.sampled_from(["0s", "0.0", "0:00:00", "a", "bb-teardown"]),
+    ),
+    state=st.sampled_from(["pending", "active"]),
+    point=st.sampled_from([None, "epilog", "prolog", "depend"]),
+    userid=st.sampled_from([0, os.getuid(), 4_000_000_001]),
+    age=st.one_of(durations, st.floats(min_value=-10, max_value=0)),
+    active=st.one_of(st.none(), durations, st.floats(min_value=-10, max_value=0)),
+    timeout=st.one_of(st.none(), durations),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(hold_dicts, max_size=8), st.booleans())
+def test_the_default_table_is_what_outputformat_prints(holds, no_header):
+    assert directly(holds, NOW, no_header) == by_outputformat(holds, NOW, no_header)
+
+
+def test_a_long_user_name_and_description_widen_their_columns():
+    holds = [
+        {
+            "id": 1,
+            "description": "d" * 64,
+            "state": "pending",
+            "userid": 0,
+            "t_hold": NOW - 1,
+        },
+    ]
+    text = directly(holds, NOW, False)
+    assert text == by_outputformat(holds, NOW, False)
+    assert text.splitlines()[0].startswith("JOBID        DESCRIPTION" + " " * 54)
+
+
+def test_the_equivalent_format_takes_outputformats_path():
+    holds = [
+        {
+            "id": 1,
+            "description": "a",
+            "state": "pending",
+            "userid": 0,
+            "t_hold": NOW - 1,
+        }
+    ]
+    assert by_outputformat(holds, NOW, False, SAME_BY_OUTPUTFORMAT) == directly(
+        holds, NOW, False
+    )
+
+
+# Under a real instance: the command's two paths print the same table.
+
+
+@pytest.fixture
+def fixed_now(monkeypatch, instance):
+    """The command run here, against the session instance, at one time."""
+    monkeypatch.setenv("FLUX_URI", instance.uri)
+    now = cli.time.time()
+    monkeypatch.setattr(cli.time, "time", lambda: now)
+
+
+def run_cli(capsys, *argv):
+    status = cli._run(["list", *argv])
+    return status, capsys.readouterr().out
+
+
+@pytest.fixture
+def listed_holds(handle, gate, no_leftover_holds):
+    """Holds of every kind on the session instance: pending with a float,
+    an int and no timeout, a prolog one, and an active one."""
+    from jobs import set_urgency, submit, wait_event
+
+    waiting = submit(handle, urgency=0)
+    gate.hold(waiting, "bb-teardown", timeout=600.0)
+    gate.hold(waiting, "unmount", timeout=90)
+    gate.hold(waiting, "stage-in", point="prolog")
+    ran = submit(handle, duration=0.1, urgency=0)
+    gate.hold(ran, "scrub")
+    set_urgency(handle, ran, 16)
+    wait_event(handle, ran, "epilog-start", timeout=60, match=lambda c: True)
+    return int(waiting), int(ran)
+
+
+def test_list_answer_is_compact_json_of_each_kind_of_hold(handle, listed_holds):
+    import json
+
+    waiting, ran = listed_holds
+    text = handle.rpc("job-manager.epilog-gate.list", {}).get_str()
+    answer = json.loads(text)
+    assert text == json.dumps(answer, separators=(",", ":"))
+    mine = {(h["id"], h["description"]): h for h in answer["holds"]}
+    keys = ["id", "description", "state", "userid", "t_hold", "point"]
+    assert list(mine[waiting, "bb-teardown"]) == keys + ["timeout"]
+    assert mine[waiting, "bb-teardown"]["timeout"] == 600.0
+    assert mine[waiting, "unmount"]["timeout"] == 90
+    assert list(mine[waiting, "stage-in"]) == keys
+    assert mine[waiting, "stage-in"]["point"] == "prolog"
+    assert list(mine[ran, "scrub"]) == keys + ["t_start"]
+    assert mine[ran, "scrub"]["state"] == "active"
+    assert mine[ran, "scrub"]["t_start"] >= mine[ran, "scrub"]["t_hold"]
+
+
+def test_the_commands_default_table_is_outputformats(capsys, fixed_now, listed_holds):
+    for extra in ([], ["-n"], ["--state", "active"]):
+        status, direct = run_cli(capsys, *extra)
+        assert status == 0
+        _, flux_path = run_cli(capsys, *extra, "-o", SAME_BY_OUTPUTFORMAT)
+        assert direct == flux_path
+        assert len(direct.splitlines()) >= 1
+    status, text = run_cli(capsys)
+    assert "bb-teardown" in text and "scrub" in text
