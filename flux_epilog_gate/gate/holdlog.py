@@ -348,6 +348,9 @@ class HoldLog:
         # SIDE_KEY may hold parts of a snapshot this gate gave up: the
         # next snapshot, even in one commit, removes them.
         self.side_left = False
+        #: Called as ``on_snapshot()`` each time a snapshot has replaced
+        #: the log (the plugin's memory policy), or None.
+        self.on_snapshot = None
 
     # Records
 
@@ -422,14 +425,21 @@ class HoldLog:
         self._send_text(text, True)
 
     def _send_text(self, text, append):
+        callback = self._committed
         if not append:
             self.appends = 0
             self.size = self.snapshot_size = len(text)
+            callback = self._snapshot_committed
         self.commits += 1
         try:
-            self.port.kvs_commit(KEY, text, append, self._committed, sync=self.sync)
+            self.port.kvs_commit(KEY, text, append, callback, sync=self.sync)
         except OSError as exc:
             self._committed(exc)
+
+    def _snapshot_committed(self, error):
+        self._committed(error)
+        if error is None:
+            self._snapshot_done()
 
     def _send_whole(self, text):
         """Send a snapshot in one commit."""
@@ -444,6 +454,8 @@ class HoldLog:
             if error is None:
                 self.side_left = False
             self._committed(error)
+            if error is None:
+                self._snapshot_done()
 
         self._commit_ops(
             [("put", KEY, text), ("unlink", SIDE_KEY, None)], done, self.sync
@@ -577,6 +589,17 @@ class HoldLog:
         elif snap is self.snap and not (error.errno == errno.ENOSYS and self.sync):
             self._abandon(f"swapping it in: {error.strerror}")
         self._committed(error)
+        if error is None:
+            self._snapshot_done()
+
+    def _snapshot_done(self):
+        """A snapshot replaced the log: tell :attr:`on_snapshot`."""
+        if self.on_snapshot is None:
+            return
+        try:
+            self.on_snapshot()
+        except Exception as exc:  # noqa: BLE001 - the log's work is done
+            self.port.log(syslog.LOG_ERR, f"{KEY}: after a snapshot: {exc}")
 
     def _abandon(self, why):
         """Give the snapshot in progress up: the log stays as it is."""

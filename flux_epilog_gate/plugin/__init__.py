@@ -45,6 +45,7 @@ from ..jobtap.plugin import (
     plugin_topic,
     request,
 )
+from .gcpolicy import FREEZER
 from .host import host_of
 from .port import GatePort
 
@@ -201,8 +202,16 @@ class GateDriver(Plugin):
         self.load = load
         host.partial = False
         self.gate = host.gate = load.begin(config)
+        self._freeze_long_lived()
         self._follow_listeners()
         self._watch_shutdown()
+
+    def _freeze_long_lived(self):
+        """Keep the gate's long-lived objects out of full collections
+        (see :mod:`.gcpolicy`): those of the recovered holds once the load
+        is ready, and those of the current holds after each snapshot."""
+        self.gate.holdlog.on_snapshot = FREEZER.freeze
+        self.load.when_ready(FREEZER.freeze, lambda: None)
 
     def _follow_listeners(self):
         """Have a held job's exceptions sent to this driver while the
@@ -241,6 +250,7 @@ class GateDriver(Plugin):
         load = self.load = Load(self.jobtap, gate, partial=self.host.partial)
         self.host.partial = False
         load.begin(gate.config)
+        self._freeze_long_lived()
         self._follow_listeners()
         try:
             self._watch_shutdown()
@@ -394,6 +404,7 @@ class GateDriver(Plugin):
         self.gate.watchers = []
         self.shutdown.stop()
         self.shutdown = None
+        self.gate.holdlog.on_snapshot = None
         self.gate.suspend()
 
     def _run_waiting(self, handler, request):
@@ -453,6 +464,8 @@ class EpilogGatePlugin(GateDriver):
                 pending=gate.holdlog.waiting(),
                 gone=len(gate.gone),
                 log_commits=gate.holdlog.commits,
+                gc_freezes=FREEZER.freezes,
+                gc_frozen=FREEZER.frozen(),
             ),
             "holds": gate.list(),
         }
