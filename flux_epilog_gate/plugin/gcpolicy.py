@@ -11,8 +11,10 @@ job-manager's thread, at whatever allocation crosses the threshold.
 permanent generation (``gc.freeze()``), which collections no longer
 walk.  The plugin calls it once a load is ready (the holds it recovered)
 and whenever the hold log completes a snapshot (the holds at that point
-have outlived a log's worth of records).  The young generations are
-collected first, so fresh cyclic garbage is not frozen with them.
+have outlived a log's worth of records).  Every generation is
+collected first, so no cyclic garbage of that moment is frozen; once
+the first freeze is made that walks only the objects made since the
+last one.
 
 What it costs: a frozen object that later becomes cyclic garbage is
 never reclaimed.  The gate's records of holds, jobs and requests form no
@@ -33,7 +35,7 @@ class Freezer:
 
     def freeze(self):
         """Exempt every object tracked now from future collections."""
-        gc.collect(1)
+        gc.collect()
         gc.freeze()
         self.freezes += 1
 
