@@ -173,6 +173,18 @@ class FakePort:
             self._apply(key, text, append)
         callback(None)
 
+    def answer_all(self, limit=10000):
+        """Answer every deferred commit and lookup, in order, until none
+        is left; AssertionError if they never stop."""
+        for _ in range(limit):
+            if self.pending_commits:
+                self.complete_commit()
+            elif self.pending_lookups:
+                self.complete_lookup()
+            else:
+                return
+        raise AssertionError("commits never stop")
+
     def complete_lookup(self, error=None):
         """The oldest deferred tree object lookup answers (or fails with
         errno ``error``)."""
