@@ -190,12 +190,7 @@ class FakePort:
         errno ``error``)."""
         key, callback = self.pending_lookups.pop(0)
         if error is None:
-            try:
-                treeobj = self._treeobj(key)
-            except OSError as exc:
-                callback(None, exc)
-                return
-            callback(treeobj, None)
+            self._answer_lookup(key, callback)
         else:
             callback(None, OSError(error, os.strerror(error)))
 
@@ -464,6 +459,9 @@ class FakePort:
         if errnum is not None:
             callback(None, OSError(errnum, os.strerror(errnum)))
             return
+        self._answer_lookup(key, callback)
+
+    def _answer_lookup(self, key, callback):
         try:
             treeobj = self._treeobj(key)
         except OSError as exc:
