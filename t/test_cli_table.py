@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.client import cli
-from flux_epilog_gate.client.table import DEFAULT_FORMAT, default_lines
+from flux_epilog_gate.client.table import DEFAULT_FORMAT, F58, default_lines
 
 #: The default format with a spec that changes nothing in its output but
 #: makes it another format: printed by flux's OutputFormat.
@@ -100,6 +100,35 @@ def test_the_equivalent_format_takes_outputformats_path():
     )
 
 
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(
+        st.integers(min_value=0, max_value=2**64 - 1),
+        st.integers(min_value=0, max_value=58**7),
+        st.sampled_from([0, 57, 58, 3363, 3364, 58**6 - 1, 58**6, 2**64 - 1]),
+    )
+)
+def test_f58_ids_are_libfluxs(jobid):
+    from flux.job import JobID
+
+    assert F58()(jobid) == JobID(jobid).f58
+
+
+def test_f58_ids_are_ascii_when_flux_forces_it(monkeypatch):
+    from flux.job import JobID
+
+    monkeypatch.setenv("FLUX_F58_FORCE_ASCII", "1")
+    jobids = [0, 58**6 + 1, 2**64 - 1]
+    assert F58().many(jobids) == [JobID(jobid).f58 for jobid in jobids]
+    assert F58()(58**6).startswith("f")
+
+
+def test_f58_refuses_what_libflux_refuses():
+    for jobid in (-1, 2**64):
+        with pytest.raises((OSError, OverflowError, ValueError, TypeError)):
+            F58()(jobid)
+
+
 # Under a real instance: the command's two paths print the same table.
 
 
@@ -161,3 +190,29 @@ def test_the_commands_default_table_is_outputformats(capsys, fixed_now, listed_h
         assert len(direct.splitlines()) >= 1
     status, text = run_cli(capsys)
     assert "bb-teardown" in text and "scrub" in text
+
+
+def test_list_json_prints_the_answers_sorted_array_as_filtering_would(
+    capsys, fixed_now, handle, gate, no_leftover_holds
+):
+    """Holds placed out of order: ``list --json`` passes the gate's answer
+    on undecoded, and it is the array (sorted, compact) that the decoding
+    path prints of the same holds."""
+    import json
+
+    from jobs import submit
+
+    first, second = submit(handle, urgency=0), submit(handle, urgency=0)
+    for jobid, description in ((second, "b"), (second, "a"), (first, "c")):
+        gate.hold(jobid, description)
+    status, passed_on = run_cli(capsys, "--json")
+    assert status == 0
+    _, decoded = run_cli(capsys, "--json", "--state", "pending,active")
+    assert passed_on == decoded
+    mine = [
+        (h["id"], h["description"])
+        for h in json.loads(passed_on)
+        if h["id"] in (first, second)
+    ]
+    assert mine == [(first, "c"), (second, "a"), (second, "b")]
+    assert passed_on == json.dumps(json.loads(passed_on), separators=(",", ":")) + "\n"

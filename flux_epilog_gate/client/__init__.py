@@ -25,6 +25,7 @@ descriptors, and libflux's reactor can then abort the process.
 """
 
 import errno
+import json
 import time
 
 import flux
@@ -180,11 +181,18 @@ class EpilogGate:
         return self._rpc("list", payload, service=service)
 
     def list(self, jobid=None):
-        """Return all holds visible to the caller, or those of ``jobid``.
-        Without epilog-gate.so loaded, another plugin of the gate that
-        serves ``list`` answers (see :data:`LIST_FALLBACKS`)."""
+        """Return all holds visible to the caller, or those of ``jobid``,
+        by job id then description.  Without epilog-gate.so loaded,
+        another plugin of the gate that serves ``list`` answers (see
+        :data:`LIST_FALLBACKS`)."""
+        return json.loads(self.list_text(jobid))["holds"]
+
+    def list_text(self, jobid=None):
+        """The answer of :meth:`list` as the gate wrote it, the JSON text
+        ``{"holds":[...]}``: for a caller that passes it on, a list of
+        many holds is not decoded."""
         try:
-            return self.list_async(jobid).get()["holds"]
+            return self.list_async(jobid).get_str()
         except NoAnswerError:
             raise
         except OSError as exc:
@@ -192,7 +200,7 @@ class EpilogGate:
                 raise
             for service in LIST_FALLBACKS:
                 try:
-                    return self.list_async(jobid, service).get()["holds"]
+                    return self.list_async(jobid, service).get_str()
                 except NoAnswerError:
                     raise
                 except OSError as other:

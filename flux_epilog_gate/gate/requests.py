@@ -175,9 +175,10 @@ class Requests:
         return result
 
     def list(self, jobid=None, userid=None):
-        """Return list entries of all holds, or of one job's; only those of
-        ``userid``'s jobs when it is given, and another user's job is then
-        an unknown job (ENOENT), as it is to flux-core's job-list."""
+        """Return list entries of all holds, or of one job's, by job id then
+        description; only those of ``userid``'s jobs when it is given, and
+        another user's job is then an unknown job (ENOENT), as it is to
+        flux-core's job-list."""
         return [hold.to_dict() for hold in self._listed(jobid, userid)]
 
     def list_json(self, jobid=None, userid=None):
@@ -194,12 +195,14 @@ class Requests:
                 raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}")
             jobs = [job] if job else []
         else:
-            jobs = self.jobs.values()
+            # Ids are given in order, so the table's keys are mostly
+            # sorted already: timsort takes them in one pass.
+            jobs = map(self.jobs.__getitem__, sorted(self.jobs))
         return (
             hold
             for job in jobs
             if userid is None or job.userid == userid
-            for hold in job.holds.values()
+            for hold in _by_description(job.holds)
         )
 
     def _job_info(self, jobid):
@@ -234,3 +237,10 @@ class Requests:
                 f"at its {hold.point} point",
             )
         return hold
+
+
+def _by_description(holds):
+    """A job's holds by description (most jobs have one)."""
+    if len(holds) < 2:
+        return holds.values()
+    return [holds[description] for description in sorted(holds)]

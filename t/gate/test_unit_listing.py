@@ -102,3 +102,33 @@ def test_listing_a_hold_leaves_it_as_it_was():
     hold = holds.Hold(7, "bb", 1000, 1.25)
     entries([hold])
     assert hold.entry is None
+
+
+# The order of the answer: by job id, then description, however the holds
+# came (``list --json`` prints the answer's array as it is).
+
+held_pairs = st.lists(
+    st.tuples(
+        st.integers(min_value=1, max_value=40), st.sampled_from(["b", "a", "é", "B"])
+    ),
+    unique=True,
+    max_size=30,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(held_pairs)
+def test_holds_are_listed_by_job_id_then_description(pairs):
+    from fakeport import FakePort
+
+    from flux_epilog_gate.gate import SCHED, Gate
+
+    port = FakePort()
+    gate = Gate(port)
+    for jobid in {jobid for jobid, _ in pairs}:
+        port.add_job(jobid, SCHED, 1000)
+    for jobid, description in pairs:
+        gate.hold(jobid, description)
+    listed = [(h["id"], h["description"]) for h in gate.list()]
+    assert listed == sorted(pairs)
+    assert json.loads(gate.list_json())["holds"] == gate.list()
