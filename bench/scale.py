@@ -30,9 +30,7 @@ def hold_scale_run(plugins, args, plugin_kind, options=None):
         broker.quiesce(limit=30)
         trimmed = broker.settle(args.settle)
         rss0, caches0 = broker.rss_kb(), caches(h)
-        for jobid in ids:
-            client.hold(jobid)
-        client.drain_responses(timeout=300)
+        hold_windowed(client, ids)
         broker.quiesce(limit=30)
         rss1, caches1 = broker.rss_kb(), caches(h)
         if trimmed:
