@@ -206,7 +206,7 @@ def _line(timestamp, name, context):
     parts = []
     for key, value in context.items():
         if isinstance(value, str):
-            if not _VERBATIM(value):
+            if not _VERBATIM[value]:
                 return _json_line(timestamp, name, context)
             text = f'"{str.__str__(value)}"'
         elif type(value) is int or (type(value) is float and isfinite(value)):
