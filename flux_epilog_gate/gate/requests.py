@@ -4,6 +4,7 @@ that configured rules give new jobs."""
 
 import errno
 import syslog
+from functools import partial
 
 from ..errors import GateError
 from ..jobid import f58
@@ -93,7 +94,7 @@ class Requests:
         self.jobs.gone.discard(jobid, description)
         self.stats["held"] += 1
         self.points[point].record(
-            hold, None if done is None else lambda error: self._held(hold, error, done)
+            hold, None if done is None else partial(self._held, hold, done)
         )
         return hold, True
 
@@ -129,7 +130,7 @@ class Requests:
             )
         return state, userid
 
-    def _held(self, hold, error, done):
+    def _held(self, hold, done, error):
         if error is not None and not isinstance(error, NotConfirmed):
             hold.record_error = error
             self.lifecycle.withdraw(hold)
@@ -164,7 +165,7 @@ class Requests:
         else:
             result = (True, None)
         # Bound before anything is recorded: done() may run at once.
-        recorded = None if done is None else lambda error: done(result, error)
+        recorded = None if done is None else partial(done, result)
         if hold is None:
             if recorded is not None:
                 self.holdlog.barrier(recorded)
