@@ -72,9 +72,7 @@ class Requests:
                 # Answered as the first request is: its record may fail
                 # (and withdraw the hold) before a later commit succeeds.
                 # The dependency point's barrier: it may hold records back.
-                self.points[DEPEND].barrier(
-                    lambda error: done(existing, error or existing.record_error)
-                )
+                self.points[DEPEND].barrier(partial(_again, existing, done))
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None and default_timeout:
@@ -235,3 +233,10 @@ class Requests:
                 f"at its {hold.point} point",
             )
         return hold
+
+
+def _again(hold, done, error):
+    """Answer a repeated hold as its first request is answered."""
+    # Bound with partial() (a lambda in Requests.hold would give it cells
+    # for every hold, repeated or not).
+    done(hold, error or hold.record_error)
