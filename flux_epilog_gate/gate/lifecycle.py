@@ -68,7 +68,8 @@ class Lifecycle:
         self.watchers.notify(hold)
         if self.shutdown is not None:
             self.shutdown.activated(hold)
-        self.listeners.tell("activated", hold)
+        if self.listeners:
+            self.listeners.tell("activated", hold)
 
     def arm(self, hold):
         """Start active ``hold``'s timeout, counted from its activation."""
