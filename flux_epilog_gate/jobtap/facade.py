@@ -73,6 +73,9 @@ class Jobtap:
         self._lookup = lib.runtime_job_lookup
         self._state = ffi.new("int *")
         self._userid = ffi.new("uint32_t *")
+        #: The current time, seconds since the epoch (a builtin: no
+        #: Python frame for each hold, activation and release).
+        self.now = time.time
 
     def address(self, cdata):
         return int(self.ffi.cast("uintptr_t", cdata))
@@ -126,9 +129,6 @@ class Jobtap:
         self.flux.handle = None
 
     # Jobs
-
-    def now(self):
-        return time.time()
 
     def name(self, name):
         """``name`` encoded, kept for the next call (names recur)."""
@@ -186,7 +186,8 @@ class Jobtap:
     def posted(self, jobid, name):
         """True if event ``name`` was posted to the job since the
         job-manager started."""
-        return self._posted(self.p, jobid, self.name(name)) > 0
+        encoded = self._names.get(name) or self.name(name)
+        return self._posted(self.p, jobid, encoded) > 0
 
     def post_event(self, jobid, name, context=None):
         """Post event ``name`` to the job's eventlog, with ``context`` (a

@@ -158,7 +158,7 @@ class GatePort(Jobtap):
                 activation["description"].encode(),
                 activation["userid"],
                 activation["ran"],
-                self.name(activation["point"]),
+                self._names.get(point := activation["point"]) or self.name(point),
                 activation.get("aborted", False),
             )
             == 0
@@ -170,8 +170,13 @@ class GatePort(Jobtap):
 
     def send_hold(self, msg, hold):
         """Answer a ``hold`` request with ``hold``."""
+        state = hold.state
         self._respond_hold(
-            self.h, msg, hold.id, hold.description.encode(), self.name(hold.state)
+            self.h,
+            msg,
+            hold.id,
+            hold.description.encode(),
+            self._names.get(state) or self.name(state),
         )
 
     def send_release(self, msg, released, reason=None):
