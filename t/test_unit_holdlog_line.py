@@ -113,3 +113,4 @@ def test_a_description_is_judged_the_same_once_known():
         first = holds._VERBATIM[text]
         assert first == (holds._VERBATIM_RE(text) is not None)
         assert holds._VERBATIM[text] == first
+        assert holds._VERBATIM(text) == first

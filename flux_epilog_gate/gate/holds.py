@@ -206,6 +206,10 @@ class _Verdicts(dict):
         self[text] = verdict
         return verdict
 
+    def __call__(self, text):
+        """The verdict as a call, ``_VERBATIM(text)``, as the match was."""
+        return self[text]
+
 
 #: Strings json writes as they are: ``_VERBATIM[text]`` (see _Verdicts).
 _VERBATIM = _Verdicts()
