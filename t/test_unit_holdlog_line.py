@@ -62,3 +62,55 @@ def test_a_list_entry_is_what_json_writes(
     hold.state = state
     hold.t_start = t_start
     assert hold.to_json() == json.dumps(hold.to_dict(), separators=(",", ":"))
+
+
+def hold_context(hold):
+    """The context json writes of a hold's entry (holdlog.py's docstring)."""
+    context = {"id": hold.id, "description": hold.description}
+    if hold.timeout is not None:
+        context["timeout"] = hold.timeout
+    if hold.point != holds.EPILOG:
+        context["point"] = hold.point
+    return context
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobid=st.one_of(st.integers(min_value=0, max_value=2**64 - 1), st.booleans()),
+    description=st.one_of(
+        st.text(max_size=20), st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True)
+    ),
+    point=st.sampled_from(list(holds.Point) + list(holds.POINTS)),
+    t_hold=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers()),
+    timeout=st.one_of(st.none(), st.floats(allow_nan=True), st.integers()),
+)
+def test_a_hold_entry_is_what_json_writes(jobid, description, point, t_hold, timeout):
+    hold = holds.Hold(jobid, description, 1000, t_hold, timeout, point)
+    assert holdlog.hold_entry(hold) == json_line(
+        t_hold, holds.HOLD_EVENT, hold_context(hold)
+    )
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobid=st.one_of(st.integers(min_value=0, max_value=2**64 - 1), st.booleans()),
+    description=st.one_of(
+        st.text(max_size=20), st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True)
+    ),
+    status=st.one_of(st.integers(min_value=-(2**40), max_value=2**40), st.booleans()),
+    timestamp=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers()),
+)
+def test_a_release_entry_is_what_json_writes(jobid, description, status, timestamp):
+    hold = holds.Hold(jobid, description, 1000, 0.0)
+    context = {"id": jobid, "description": description, "status": status}
+    assert holdlog.release_entry(hold, status, timestamp) == json_line(
+        timestamp, holds.RELEASE_EVENT, context
+    )
+
+
+def test_a_description_is_judged_the_same_once_known():
+    for text in ("bench", "bb-teardown_1.x", 'a"b', "é", ""):
+        first = holds._VERBATIM[text]
+        assert first == (holds._VERBATIM_RE(text) is not None)
+        assert holds._VERBATIM[text] == first
+        assert holds._VERBATIM(text) == first

@@ -119,7 +119,7 @@ from .counters import Counters
 from .depend import DependPoint
 from .epilog import EPILOG_EVENTS, EpilogPoint
 from .holdlog import HoldLog
-from .holds import Point
+from .holds import EPILOG, Point
 from .jobs import GoneLog, Job, JobTable
 from .lifecycle import Lifecycle
 from .listeners import Listeners
@@ -345,8 +345,13 @@ class Gate:
         or abort their holds, then the epilog point looks for its point."""
         job = self.jobs.get(jobid)
         if job:
-            self.prolog.on_cleanup(job)
-            self.depend.on_cleanup(job)
+            # The prolog and dependency points act on their own holds only:
+            # a job with epilog holds alone (most) skips them.
+            for hold in job.holds.values():
+                if hold.point != EPILOG:
+                    self.prolog.on_cleanup(job)
+                    self.depend.on_cleanup(job)
+                    break
             self.epilog.on_cleanup(job)
 
     def on_event(self, jobid, name, state):

@@ -171,14 +171,32 @@ def hold_entry(hold):
     """The log line that records ``hold``.  Kept on the hold: a snapshot
     writes the line of every hold, and making tens of thousands of them
     at once would stall the job-manager."""
-    if hold.entry is None:
-        context = {"id": hold.id, "description": hold.description}
-        if hold.timeout is not None:
-            context["timeout"] = hold.timeout
-        if hold.point != EPILOG:
-            context["point"] = hold.point
-        hold.entry = _line(hold.t_hold, HOLD_EVENT, context)
-    return hold.entry
+    entry = hold.entry
+    if entry is None:
+        jobid, description, t = hold.id, hold.description, hold.t_hold
+        if (
+            hold.timeout is None
+            and hold.point == EPILOG
+            and type(jobid) is int
+            and type(description) is str
+            and _VERBATIM[description]
+            and type(t) is float
+            and isfinite(t)
+        ):
+            # The common line, written out (what _line writes of it).
+            entry = (
+                f'{{"timestamp":{t!r}{_HOLD_CONTEXT}{jobid}'
+                f'{_DESCRIPTION}{description}"}}}}\n'
+            )
+        else:
+            context = {"id": jobid, "description": description}
+            if hold.timeout is not None:
+                context["timeout"] = hold.timeout
+            if hold.point != EPILOG:
+                context["point"] = hold.point
+            entry = _line(t, HOLD_EVENT, context)
+        hold.entry = entry
+    return entry
 
 
 def cancel_entry(hold, timestamp):
@@ -190,11 +208,32 @@ def cancel_entry(hold, timestamp):
 
 def release_entry(hold, status, timestamp):
     """The log line that records the release of active ``hold``."""
+    jobid, description = hold.id, hold.description
+    if (
+        type(jobid) is int
+        and type(status) is int
+        and type(description) is str
+        and _VERBATIM[description]
+        and type(timestamp) is float
+        and isfinite(timestamp)
+    ):
+        # One per release: written out (what _line writes of it).
+        return (
+            f'{{"timestamp":{timestamp!r}{_RELEASE_CONTEXT}{jobid}'
+            f"{_DESCRIPTION}{description}{_STATUS}{status}}}}}\n"
+        )
     return _line(
         timestamp,
         RELEASE_EVENT,
-        {"id": hold.id, "description": hold.description, "status": status},
+        {"id": jobid, "description": description, "status": status},
     )
+
+
+#: The fixed parts of the lines written out by hold_entry and release_entry.
+_HOLD_CONTEXT = f',"name":"{HOLD_EVENT}","context":{{"id":'
+_RELEASE_CONTEXT = f',"name":"{RELEASE_EVENT}","context":{{"id":'
+_DESCRIPTION = ',"description":"'
+_STATUS = '","status":'
 
 
 def _line(timestamp, name, context):
@@ -206,7 +245,7 @@ def _line(timestamp, name, context):
     parts = []
     for key, value in context.items():
         if isinstance(value, str):
-            if not _VERBATIM(value):
+            if not _VERBATIM[value]:
                 return _json_line(timestamp, name, context)
             text = f'"{str.__str__(value)}"'
         elif type(value) is int or (type(value) is float and isfinite(value)):

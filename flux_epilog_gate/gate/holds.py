@@ -187,8 +187,32 @@ class Hold:
         return f"Hold({self.id}, {self.description!r}, {self.state})"
 
 
-#: Strings json writes as they are (hold descriptions are of these).
-_VERBATIM = re.compile(r"[A-Za-z0-9._-]*\Z").match
+_VERBATIM_RE = re.compile(r"[A-Za-z0-9._-]*\Z").match
+
+
+class _Verdicts(dict):
+    """Whether json writes a string as it is (hold descriptions are of
+    these), by string: ``_VERBATIM[text]``.  Each hold-log line asks of
+    its description, and a regular expression's match costs far more
+    than a lookup; the few descriptions a site uses recur.  Bounded: past
+    :attr:`LIMIT` strings it starts afresh."""
+
+    LIMIT = 4096
+
+    def __missing__(self, text):
+        verdict = _VERBATIM_RE(text) is not None
+        if len(self) >= self.LIMIT:
+            self.clear()
+        self[text] = verdict
+        return verdict
+
+    def __call__(self, text):
+        """The verdict as a call, ``_VERBATIM(text)``, as the match was."""
+        return self[text]
+
+
+#: Strings json writes as they are: ``_VERBATIM[text]`` (see _Verdicts).
+_VERBATIM = _Verdicts()
 
 
 def json_scalar(value):
@@ -209,6 +233,6 @@ def _number(value):
 
 
 def _quote(value):
-    if isinstance(value, str) and _VERBATIM(value):
+    if isinstance(value, str) and _VERBATIM[value]:
         return f'"{str.__str__(value)}"'
     return None

@@ -64,11 +64,13 @@ class Lifecycle:
         hold.state = ACTIVE
         hold.t_start = self.port.now()
         self.stats["activated"] += 1
-        self.arm(hold)
+        if hold.timeout is not None:
+            self.arm(hold)
         self.watchers.notify(hold)
         if self.shutdown is not None:
             self.shutdown.activated(hold)
-        self.listeners.tell("activated", hold)
+        if self.listeners:
+            self.listeners.tell("activated", hold)
 
     def arm(self, hold):
         """Start active ``hold``'s timeout, counted from its activation."""
@@ -92,7 +94,8 @@ class Lifecycle:
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
         was, hold.state = hold.state, GONE
-        self.timeouts.stop(hold)
+        if hold.timer is not None:
+            self.timeouts.stop(hold)
         self.jobs.gone.add(job.id, hold.description, reason)
         if not job.holds and not job.recovering:
             self.jobs.untrack(job)

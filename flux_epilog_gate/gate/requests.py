@@ -4,6 +4,7 @@ that configured rules give new jobs."""
 
 import errno
 import syslog
+from functools import partial
 
 from ..errors import GateError
 from ..jobid import f58
@@ -71,9 +72,7 @@ class Requests:
                 # Answered as the first request is: its record may fail
                 # (and withdraw the hold) before a later commit succeeds.
                 # The dependency point's barrier: it may hold records back.
-                self.points[DEPEND].barrier(
-                    lambda error: done(existing, error or existing.record_error)
-                )
+                self.points[DEPEND].barrier(partial(_again, existing, done))
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None and default_timeout:
@@ -93,7 +92,7 @@ class Requests:
         self.jobs.gone.discard(jobid, description)
         self.stats["held"] += 1
         self.points[point].record(
-            hold, None if done is None else lambda error: self._held(hold, error, done)
+            hold, None if done is None else partial(self._held, hold, done)
         )
         return hold, True
 
@@ -129,7 +128,7 @@ class Requests:
             )
         return state, userid
 
-    def _held(self, hold, error, done):
+    def _held(self, hold, done, error):
         if error is not None and not isinstance(error, NotConfirmed):
             hold.record_error = error
             self.lifecycle.withdraw(hold)
@@ -164,7 +163,7 @@ class Requests:
         else:
             result = (True, None)
         # Bound before anything is recorded: done() may run at once.
-        recorded = None if done is None else lambda error: done(result, error)
+        recorded = None if done is None else partial(done, result)
         if hold is None:
             if recorded is not None:
                 self.holdlog.barrier(recorded)
@@ -237,6 +236,13 @@ class Requests:
                 f"at its {hold.point} point",
             )
         return hold
+
+
+def _again(hold, done, error):
+    """Answer a repeated hold as its first request is answered."""
+    # Bound with partial() (a lambda in Requests.hold would give it cells
+    # for every hold, repeated or not).
+    done(hold, error or hold.record_error)
 
 
 def _by_description(holds):

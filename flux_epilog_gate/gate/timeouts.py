@@ -5,6 +5,8 @@ caller's (:meth:`~flux_epilog_gate.gate.lifecycle.Lifecycle.expire`
 finishes the hold with
 :data:`~flux_epilog_gate.gate.holds.TIMEOUT_STATUS`)."""
 
+from functools import partial
+
 
 class Timeouts:
     """The timers of active holds.
@@ -23,7 +25,9 @@ class Timeouts:
         if hold.timeout is None or hold.timer is not None:
             return
         delay = max(0.0, hold.t_start + hold.timeout - self.port.now())
-        hold.timer = self.port.timer(delay, lambda: expire(hold))
+        # partial(), not a lambda: its cells would be made at every
+        # activation, also of holds without a timeout.
+        hold.timer = self.port.timer(delay, partial(expire, hold))
 
     @staticmethod
     def stop(hold):

@@ -171,7 +171,9 @@ class Watchers:
     def _offer(self, watcher, payload):
         """Send ``payload`` to ``watcher``, or queue it behind what waits."""
         backlog = self.config.watch_backlog
-        if watcher.queue or watcher.unacknowledged >= watcher.window(backlog):
+        # watcher.unacknowledged >= watcher.window(backlog), written out:
+        # this runs for every activation.
+        if watcher.queue or watcher.sent - watcher.acked >= min(WINDOW, backlog):
             watcher.queue.append(payload)
             if watcher.behind > backlog:
                 self._end_behind(watcher)

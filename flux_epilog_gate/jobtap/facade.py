@@ -63,6 +63,19 @@ class Jobtap:
         self._next_commit = 1
         self._streams = set()
         self._rpcs = set()
+        # What the calls of every held job use, bound once: a lookup on
+        # the library costs more than the attribute, and a new cdata per
+        # lookup more than reusing one (single-threaded, never reentered).
+        self._gc = ffi.gc
+        self._incref = lib.flux_msg_incref
+        self._decref = lib.flux_msg_decref
+        self._posted = lib.flux_jobtap_job_event_posted
+        self._lookup = lib.runtime_job_lookup
+        self._state = ffi.new("int *")
+        self._userid = ffi.new("uint32_t *")
+        #: The current time, seconds since the epoch (a builtin: no
+        #: Python frame for each hold, activation and release).
+        self.now = time.time
 
     def address(self, cdata):
         return int(self.ffi.cast("uintptr_t", cdata))
@@ -117,9 +130,6 @@ class Jobtap:
 
     # Jobs
 
-    def now(self):
-        return time.time()
-
     def name(self, name):
         """``name`` encoded, kept for the next call (names recur)."""
         encoded = self._names.get(name)
@@ -129,9 +139,9 @@ class Jobtap:
 
     def job_info(self, jobid):
         """``(state, userid)`` of an active job; OSError(ENOENT) if none."""
-        state = self.ffi.new("int *")
-        userid = self.ffi.new("uint32_t *")
-        self.check(self.lib.runtime_job_lookup(self.p, jobid, state, userid))
+        state, userid = self._state, self._userid
+        if self._lookup(self.p, jobid, state, userid) < 0:
+            raise self.oserror()
         return state[0], userid[0]
 
     def lookup_job(self, jobid):
@@ -176,7 +186,8 @@ class Jobtap:
     def posted(self, jobid, name):
         """True if event ``name`` was posted to the job since the
         job-manager started."""
-        return self.lib.flux_jobtap_job_event_posted(self.p, jobid, self.name(name)) > 0
+        encoded = self._names.get(name) or self.name(name)
+        return self._posted(self.p, jobid, encoded) > 0
 
     def post_event(self, jobid, name, context=None):
         """Post event ``name`` to the job's eventlog, with ``context`` (a
@@ -471,7 +482,7 @@ class Jobtap:
     def keep_request(self, msg):
         """A reference on request ``msg`` that outlives the callback (for a
         later or streaming answer); dropped when Python collects it."""
-        return self.ffi.gc(self.lib.flux_msg_incref(msg), self.lib.flux_msg_decref)
+        return self._gc(self._incref(msg), self._decref)
 
     def is_streaming(self, msg):
         return bool(self.lib.flux_msg_is_streaming(msg))

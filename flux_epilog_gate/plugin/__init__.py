@@ -29,6 +29,7 @@ into one job-manager they share its one gate (see :mod:`.host`).
 
 import errno
 import syslog
+from functools import partial
 
 from ..errors import GateError
 from ..gate import protocol
@@ -141,7 +142,9 @@ class GateDriver(Plugin):
 
     @property
     def driving(self):
-        return self.committed and self.host.driver is self
+        # Asked at every call of a held job: one property, not two.
+        host = self.host
+        return host is not None and host.driver is self
 
     @property
     def ready(self):
@@ -561,32 +564,46 @@ class EpilogGatePlugin(GateDriver):
     def fast_hold(self, msg, jobid, description, timeout, point):
         try:
             string = self.jobtap.ffi.string
-            values = (
-                jobid,
-                string(description).decode(),
-                None if timeout < 0 else timeout,
-                string(point).decode() or EPILOG,
-            )
+            description = string(description).decode()
+            point = string(point).decode() or EPILOG
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(self, msg)
             return
-        self._decoded(msg, self.hold, values)
+        timeout = None if timeout < 0 else timeout
+        if not self.load.ready:
+            self._wait_decoded(msg, self.hold, (jobid, description, timeout, point))
+            return
+        # _answer_decoded(), written out: this is the bulk of the traffic.
+        try:
+            self.fault("request")
+            self.hold(msg, jobid, description, timeout, point)
+        except GateError as exc:
+            self.jobtap.respond_error(msg, exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, msg)
 
     def fast_release(self, msg, jobid, description, status):
         try:
-            values = (jobid, self.jobtap.ffi.string(description).decode(), status)
+            description = self.jobtap.ffi.string(description).decode()
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(self, msg)
             return
-        self._decoded(msg, self.release, values)
-
-    def _decoded(self, msg, handle, values):
-        """A request decoded in C: ``handle(msg, *values)`` answers it,
-        once the gate's view is complete (``values`` are Python's own:
-        C's strings do not outlive this call)."""
-        if self.load.ready:
-            self._answer_decoded(msg, handle, values)
+        if not self.load.ready:
+            self._wait_decoded(msg, self.release, (jobid, description, status))
             return
+        try:
+            self.fault("request")
+            self.release(msg, jobid, description, status)
+        except GateError as exc:
+            self.jobtap.respond_error(msg, exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, msg)
+
+    def _wait_decoded(self, msg, handle, values):
+        """A request decoded in C that arrived while the gate's view is
+        incomplete: ``handle(msg, *values)`` answers it once it is
+        complete (``values`` are Python's own: C's strings do not outlive
+        this call)."""
         kept = self.jobtap.keep_request(msg)
         self.load.when_ready(
             lambda: self._answer_decoded(kept, handle, values),
@@ -602,35 +619,45 @@ class EpilogGatePlugin(GateDriver):
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(self, msg)
 
+    # The answer of each request is bound with partial(), not a closure: a
+    # closure's cells cost more than the call.
+
     def hold(self, message, jobid, description, timeout, point=EPILOG):
-        kept = self.jobtap.keep_request(message)
+        self.gate.hold(
+            jobid,
+            description,
+            timeout,
+            point,
+            done=partial(self._answer_hold, self.jobtap.keep_request(message)),
+        )
+
+    def _answer_hold(self, kept, hold, error):
         jobtap = self.jobtap
-
-        def done(hold, error):
-            if error is not None:
-                self._answer_error(kept, "hold", error)
-            elif jobtap.p is not None:
-                try:
-                    jobtap.send_hold(kept, hold)
-                except Exception:  # noqa: BLE001 - inside the job-manager
-                    jobtap.log_exception("answering hold")
-
-        self.gate.hold(jobid, description, timeout, point, done=done)
+        if error is not None:
+            self._answer_error(kept, "hold", error)
+        elif jobtap.p is not None:
+            try:
+                jobtap.send_hold(kept, hold)
+            except Exception:  # noqa: BLE001 - inside the job-manager
+                jobtap.log_exception("answering hold")
 
     def release(self, message, jobid, description, status):
-        kept = self.jobtap.keep_request(message)
+        self.gate.release(
+            jobid,
+            description,
+            status,
+            done=partial(self._answer_release, self.jobtap.keep_request(message)),
+        )
+
+    def _answer_release(self, kept, result, error):
         jobtap = self.jobtap
-
-        def done(result, error):
-            if error is not None:
-                self._answer_error(kept, "release", error)
-            elif jobtap.p is not None:
-                try:
-                    jobtap.send_release(kept, *result)
-                except Exception:  # noqa: BLE001 - inside the job-manager
-                    jobtap.log_exception("answering release")
-
-        self.gate.release(jobid, description, status, done=done)
+        if error is not None:
+            self._answer_error(kept, "release", error)
+        elif jobtap.p is not None:
+            try:
+                jobtap.send_release(kept, *result)
+            except Exception:  # noqa: BLE001 - inside the job-manager
+                jobtap.log_exception("answering release")
 
     def _answer_error(self, msg, method, error):
         """Answer a kept request with the error that kept its record from

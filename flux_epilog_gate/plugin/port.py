@@ -32,25 +32,40 @@ def _timeout(timeout):
 class GatePort(Jobtap):
     """The job-manager, as the gate sees it."""
 
+    def __init__(self, p, ffi, lib, topics=None):
+        super().__init__(p, ffi, lib, topics)
+        # Called for every held job: bound once (see Jobtap.__init__).
+        self._post_start = lib.gate_post_start
+        self._post_finish = lib.gate_post_finish
+        self._respond_hold = lib.gate_respond_hold
+        self._respond_release = lib.gate_respond_release
+        self._respond_watch = lib.gate_respond_watch
+        self._mark = lib.runtime_mark
+        self._unmark = lib.runtime_unmark
+
     def epilog_start(self, jobid, description, timeout=None):
         """Post ``epilog-start``, marked as the gate's (packed in C)."""
-        self.check(
-            self.lib.gate_post_start(
+        if (
+            self._post_start(
                 self.p,
                 jobid,
                 b"epilog-start",
                 description.encode(),
-                _timeout(timeout),
+                -1.0 if timeout is None else timeout,
             )
-        )
+            < 0
+        ):
+            raise self.oserror()
 
     def epilog_finish(self, jobid, description, status):
         """Post ``epilog-finish``, marked as the gate's (packed in C)."""
-        self.check(
-            self.lib.gate_post_finish(
+        if (
+            self._post_finish(
                 self.p, jobid, b"epilog-finish", description.encode(), status
             )
-        )
+            < 0
+        ):
+            raise self.oserror()
 
     def prolog_start(self, jobid, description, timeout=None):
         """Post ``prolog-start``, marked as the gate's (packed in C)."""
@@ -115,10 +130,11 @@ class GatePort(Jobtap):
     def track(self, jobid, events=True):
         """Send the job's callbacks to the gate; with ``events`` also its
         ``finish`` and ``free`` events."""
-        self.mark(jobid, events)
+        if self._mark(self.p, jobid, 1 if events else 0) < 0:
+            raise self.oserror()
 
     def untrack(self, jobid):
-        self.unmark(jobid)
+        self._unmark(self.p, jobid)
 
     def job_cleanup(self):
         """True if the instance's shutdown runs flux-core's job cleanup
@@ -135,14 +151,14 @@ class GatePort(Jobtap):
     def send_activation(self, msg, activation):
         """Send one ``watch`` response; False if that failed."""
         return (
-            self.lib.gate_respond_watch(
+            self._respond_watch(
                 self.h,
                 msg,
                 activation["id"],
                 activation["description"].encode(),
                 activation["userid"],
                 activation["ran"],
-                self.name(activation["point"]),
+                self._names.get(point := activation["point"]) or self.name(point),
                 activation.get("aborted", False),
             )
             == 0
@@ -154,13 +170,18 @@ class GatePort(Jobtap):
 
     def send_hold(self, msg, hold):
         """Answer a ``hold`` request with ``hold``."""
-        self.lib.gate_respond_hold(
-            self.h, msg, hold.id, hold.description.encode(), self.name(hold.state)
+        state = hold.state
+        self._respond_hold(
+            self.h,
+            msg,
+            hold.id,
+            hold.description.encode(),
+            self._names.get(state) or self.name(state),
         )
 
     def send_release(self, msg, released, reason=None):
         """Answer a ``release`` request."""
-        self.lib.gate_respond_release(
+        self._respond_release(
             self.h,
             msg,
             released,
