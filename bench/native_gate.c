@@ -57,6 +57,8 @@ static flux_future_t *inflight;
 static char *lines;
 static size_t lines_len, lines_size;
 static int appends;
+/* Synced commits sent (flux jobtap query native-gate.so: "commits"). */
+static int commits;
 
 static struct hold *hold_create (const char *description)
 {
@@ -271,6 +273,7 @@ static void sync_send (flux_plugin_t *p)
         || !(inflight = flux_kvs_commit (fh, NULL, FLUX_KVS_SYNC, txn))
         || flux_future_then (inflight, -1., sync_done, p) < 0)
         flux_log_error (fh, NAME ": commit");
+    commits++;
     flux_kvs_txn_destroy (txn);
     if (appends > 256)
         appends = 0;
@@ -435,7 +438,15 @@ static void destroy (void *arg)
     free (lines);
     lines = NULL;
     lines_len = lines_size = 0;
-    appends = 0;
+    appends = commits = 0;
+}
+
+/* The counters a benchmark reads with `flux jobtap query`. */
+static int query_cb (flux_plugin_t *p, const char *topic,
+                     flux_plugin_arg_t *args, void *arg)
+{
+    return flux_plugin_arg_pack (args, FLUX_PLUGIN_ARG_OUT,
+                                 "{s:{s:i}}", "counters", "commits", commits);
 }
 
 static const struct flux_plugin_handler handlers[] = {
@@ -443,6 +454,7 @@ static const struct flux_plugin_handler handlers[] = {
     { "job.state.run", run_cb, NULL },
     { "job.state.cleanup", cleanup_cb, NULL },
     { "job.event.finish", finish_cb, NULL },
+    { "plugin.query", query_cb, NULL },
     { 0 },
 };
 
