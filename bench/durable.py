@@ -14,6 +14,10 @@ from one pipelining client and from several clients at once, for:
 - ``native-synced``: the native C gate (bench/native_gate.c) recording
   each hold the same way (a line appended to a KVS key, synced, group
   commit), the limit for durable holds;
+- ``native-snapshots``: the same with epilog-gate's record, lines of its
+  size and every 256 appends a snapshot of every live hold (not run
+  unless named in ``--configs``: ``native-synced`` replaces the key with
+  the batch alone, a lower bound);
 - ``native``: the native C gate answering from memory, no record at all
   (what durability costs, both ways).
 
@@ -53,8 +57,12 @@ from observer import Broker  # noqa: E402
 CONFIGS = {
     "gate": ("gate", {}),
     "native-synced": ("native", {"synced": 1}),
+    "native-snapshots": ("native", {"synced": 2}),
     "native": ("native", {}),
 }
+
+#: The configurations run unless ``--configs`` names others.
+DEFAULT_CONFIGS = ["gate", "native-synced", "native"]
 
 #: Client modes: name -> (clients, requests each keeps in flight).
 MODES = {
@@ -266,7 +274,7 @@ def parse_args(argv=None):
             setattr(args, key, value)
     if args.holds < max(c for c, _ in MODES.values()) or args.reps < 1:
         parser.error("--holds must be at least the number of clients, --reps 1")
-    args.configs = args.configs.split(",") if args.configs else list(CONFIGS)
+    args.configs = args.configs.split(",") if args.configs else DEFAULT_CONFIGS
     names = list(MODES)
     try:
         numbers = [int(n) for n in args.modes.split(",")] if args.modes else []
