@@ -14,6 +14,10 @@ from one pipelining client and from several clients at once, for:
 - ``native-synced``: the native C gate (bench/native_gate.c) recording
   each hold the same way (a line appended to a KVS key, synced, group
   commit), the limit for durable holds;
+- ``native-snapshots``: the same with epilog-gate's record, lines of its
+  size and every 256 appends a snapshot of every live hold (not run
+  unless named in ``--configs``: ``native-synced`` replaces the key with
+  the batch alone, a lower bound);
 - ``native``: the native C gate answering from memory, no record at all
   (what durability costs, both ways).
 
@@ -47,14 +51,18 @@ from common import (  # noqa: E402
     percentile,
     spec_for,
 )
-from observer import gate_counters  # noqa: E402
+from observer import Broker  # noqa: E402
 
 #: name -> (plugin kind, plugin options).
 CONFIGS = {
     "gate": ("gate", {}),
     "native-synced": ("native", {"synced": 1}),
+    "native-snapshots": ("native", {"synced": 2}),
     "native": ("native", {}),
 }
+
+#: The configurations run unless ``--configs`` names others.
+DEFAULT_CONFIGS = ["gate", "native-synced", "native"]
 
 #: Client modes: name -> (clients, requests each keeps in flight).
 MODES = {
@@ -128,36 +136,63 @@ def measure(inst, topic, jobids, clients, window):
     }
 
 
-def log_commits(inst):
-    return gate_counters(inst)["log_commits"]
+#: Per plugin kind: the name ``flux jobtap query`` knows it by, and its
+#: counter of synced commits.
+COMMIT_COUNTERS = {
+    "gate": ("epilog-gate.so", "log_commits"),
+    "native": ("native-gate.so", "commits"),
+}
+
+
+def commits(inst, kind):
+    """The synced commits plugin ``kind`` has sent so far."""
+    name, counter = COMMIT_COUNTERS[kind]
+    out = inst.flux("jobtap", "query", name).stdout
+    return json.loads(out)["counters"][counter]
 
 
 class Target:
     """One configuration's instance, and the figures measured on it."""
 
-    def __init__(self, name, plugins):
+    def __init__(self, name, plugins, modes):
         self.name = name
         self.kind, options = CONFIGS[name]
         self.topic = f"{plugins.service(self.kind)}.hold"
         self.inst = plugins.instance(self.kind, 64, options)
         self.inst.start()
         self.handle = self.inst.handle()
-        self.reps = {mode: [] for mode in MODES}
+        self.broker = Broker(self.handle)
+        self.synced = bool(options) or self.kind == "gate"
+        self.reps = {mode: [] for mode in modes}
 
     def measure(self, mode, count):
         clients, window = MODES[mode]
         jobids = submit_waiting(self.handle, count, spec_for("exception"))
         time.sleep(0.5)  # let the submissions' events settle
-        before = log_commits(self.inst) if self.kind == "gate" else None
+        self.broker.quiesce()
+        before = commits(self.inst, self.kind) if self.synced else None
+        jm, broker = self.broker.cpu()
+        threads = self.broker.threads()
         row = measure(self.inst, self.topic, jobids, clients, window)
+        jm_after, broker_after = self.broker.cpu()
+        for name, ns in self.broker.threads().items():
+            row[f"us_per_hold {name}"] = (
+                (ns - threads.get(name, 0)) / 1e3 / row["holds"]
+            )
+        row["jm_us_per_hold"] = (jm_after - jm) / 1e3 / row["holds"]
+        row["broker_us_per_hold"] = (broker_after - broker) / 1e3 / row["holds"]
         if before is not None:
-            commits = log_commits(self.inst) - before
-            row["holds_per_commit"] = row["holds"] / max(1, commits)
+            sent = commits(self.inst, self.kind) - before
+            row["holds_per_commit"] = row["holds"] / max(1, sent)
         self.reps[mode].append(row)
+        per = row.get("holds_per_commit")
         print(
             f"bench: {self.name:14} {mode:28} rep {len(self.reps[mode])}: "
             f"{row['holds_per_s']:7.0f} holds/s  p50 {row['p50_ms']:6.2f} ms"
-            f"  p99 {row['p99_ms']:6.2f} ms",
+            f"  p99 {row['p99_ms']:6.2f} ms"
+            f"  job-manager {row['jm_us_per_hold']:5.0f} us/hold"
+            f"  broker {row['broker_us_per_hold']:5.0f} us/hold"
+            + ("" if per is None else f"  {per:5.1f} holds/sync"),
             file=sys.stderr,
             flush=True,
         )
@@ -181,11 +216,11 @@ def run_all(plugins, args):
     targets = []
     try:
         for name in args.configs:
-            targets.append(Target(name, plugins))
+            targets.append(Target(name, plugins, args.modes))
         for rep in range(args.reps):
             shift = rep % len(targets)
             order = targets[shift:] + targets[:shift]
-            for mode in MODES:
+            for mode in args.modes:
                 for target in order:
                     target.measure(mode, args.holds)
         return {target.name: target.figures() for target in targets}
@@ -195,23 +230,25 @@ def run_all(plugins, args):
 
 
 def median_row(reps):
-    return {key: statistics.median(r[key] for r in reps) for key in reps[0]}
+    keys = {key: None for r in reps for key in r}
+    return {key: statistics.median(r[key] for r in reps if key in r) for key in keys}
 
 
 def report(results):
     lines = [
         "| clients | configuration | acknowledged holds/s | p50 | p99 |"
-        " holds per sync |",
-        "| --- | --- | --- | --- | --- | --- |",
+        " holds per sync | job-manager µs/hold | broker µs/hold |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
-    for mode in MODES:
+    for mode in results["modes"]:
         for name in results["configs"]:
             row = results["figures"][name][mode]["median"]
             per = row.get("holds_per_commit")
             lines.append(
                 f"| {mode} | {name} | {row['holds_per_s']:.0f} "
                 f"| {row['p50_ms']:.2f} ms | {row['p99_ms']:.2f} ms "
-                f"| {'' if per is None else f'{per:.1f}'} |"
+                f"| {'' if per is None else f'{per:.1f}'} "
+                f"| {row['jm_us_per_hold']:.0f} | {row['broker_us_per_hold']:.0f} |"
             )
     return "\n".join(lines)
 
@@ -224,6 +261,11 @@ def parse_args(argv=None):
     parser.add_argument(
         "--configs", help=f"comma-separated configurations ({','.join(CONFIGS)})"
     )
+    parser.add_argument(
+        "--modes",
+        help="comma-separated client mixes, by their number: "
+        + ", ".join(f"{i} {mode!r}" for i, mode in enumerate(MODES, 1)),
+    )
     parser.add_argument("--output", help="JSON results file")
     args = parser.parse_args(argv)
     defaults = dict(holds=200, reps=1) if args.quick else dict(holds=2000, reps=5)
@@ -232,7 +274,15 @@ def parse_args(argv=None):
             setattr(args, key, value)
     if args.holds < max(c for c, _ in MODES.values()) or args.reps < 1:
         parser.error("--holds must be at least the number of clients, --reps 1")
-    args.configs = args.configs.split(",") if args.configs else list(CONFIGS)
+    args.configs = args.configs.split(",") if args.configs else DEFAULT_CONFIGS
+    names = list(MODES)
+    try:
+        numbers = [int(n) for n in args.modes.split(",")] if args.modes else []
+    except ValueError:
+        parser.error(f"--modes must be numbers from 1 to {len(names)}")
+    if any(not 1 <= n <= len(names) for n in numbers):
+        parser.error(f"--modes must be numbers from 1 to {len(names)}")
+    args.modes = [names[n - 1] for n in numbers] if numbers else names
     for name in args.configs:
         if name not in CONFIGS:
             parser.error(f"unknown configuration {name!r}")
@@ -249,6 +299,7 @@ def main(argv=None):
         "flux": flux_version(),
         "params": {"holds": args.holds, "reps": args.reps},
         "configs": args.configs,
+        "modes": args.modes,
         "figures": {},
     }
     with tempfile.TemporaryDirectory(prefix="epilog-gate-durable-") as tmpdir:

@@ -20,7 +20,11 @@
  * with synced=1, each hold is answered only once a line recording it is
  * appended to the KVS key native-gate.holds by a commit with
  * FLUX_KVS_SYNC, group-committed as epilog-gate does: at most one commit
- * in flight, the holds that arrive meanwhile share the next one.
+ * in flight, the holds that arrive meanwhile share the next one.  With
+ * synced=2 the lines are RFC 18 eventlog entries of the size of
+ * epilog-gate's, and every 256 appends the key is replaced by a snapshot:
+ * the line of every live hold, then the batch (the record epilog-gate
+ * keeps; with synced=1 the key is replaced by the batch alone).
  *
  * Client side traffic per job is the same as epilog-gate's: one hold
  * request, one watch response, one release request.
@@ -41,7 +45,15 @@ enum { PENDING = 0, ACTIVE = 1 };
 struct hold {
     int state;
     char description[65];
+    /* synced=2: the hold's log line, and its place in the list of live
+     * holds a snapshot writes.
+     */
+    char *line;
+    struct hold *prev, *next;
 };
+
+/* synced=2: every hold with a log line (newest first). */
+static struct hold *logged;
 
 static struct flux_msglist *watchers;
 static int gate_all;
@@ -57,6 +69,8 @@ static flux_future_t *inflight;
 static char *lines;
 static size_t lines_len, lines_size;
 static int appends;
+/* Synced commits sent (flux jobtap query native-gate.so: "commits"). */
+static int commits;
 
 static struct hold *hold_create (const char *description)
 {
@@ -66,13 +80,29 @@ static struct hold *hold_create (const char *description)
     return h;
 }
 
+static void hold_destroy (void *arg)
+{
+    struct hold *h = arg;
+
+    if (h->line) {
+        if (h->prev)
+            h->prev->next = h->next;
+        else
+            logged = h->next;
+        if (h->next)
+            h->next->prev = h->prev;
+        free (h->line);
+    }
+    free (h);
+}
+
 static int attach (flux_plugin_t *p, flux_jobid_t id, const char *description)
 {
     struct hold *h = hold_create (description);
 
     if (!h)
         return -1;
-    if (flux_jobtap_job_aux_set (p, id, AUX, h, free) < 0) {
+    if (flux_jobtap_job_aux_set (p, id, AUX, h, hold_destroy) < 0) {
         free (h);
         return -1;
     }
@@ -149,7 +179,7 @@ static int prolog_hold (flux_plugin_t *p, const flux_msg_t *msg,
     if (!h) {
         if (!(h = hold_create (description)))
             return -1;
-        if (flux_jobtap_job_aux_set (p, id, PROLOG_AUX, h, free) < 0) {
+        if (flux_jobtap_job_aux_set (p, id, PROLOG_AUX, h, hold_destroy) < 0) {
             free (h);
             return -1;
         }
@@ -252,26 +282,53 @@ static void sync_done (flux_future_t *f, void *arg)
     flux_msglist_destroy (done);
 }
 
+/* synced=2: the line of every live hold (they include the batch's). */
+static char *snapshot (void)
+{
+    struct hold *h;
+    size_t size = 2;
+    char *text, *end;
+
+    for (h = logged; h; h = h->next)
+        size += strlen (h->line);
+    if (!(text = malloc (size)))
+        return NULL;
+    end = text;
+    for (h = logged; h; h = h->next)
+        end = stpcpy (end, h->line);
+    if (end == text)
+        end = stpcpy (end, "\n"); /* an empty value reads back as none */
+    return text;
+}
+
 /* Send the queued lines in one synced commit, unless one is in flight. */
 static void sync_send (flux_plugin_t *p)
 {
     flux_t *fh = flux_jobtap_get_flux (p);
     flux_kvs_txn_t *txn;
     struct flux_msglist *tmp;
+    char *whole = NULL;
+    int replace;
 
     if (inflight || lines_len == 0)
         return;
     /* Like epilog-gate, replace the key every 256 appends so that it
      * stays short (each append rewrites the key's list of blobrefs);
-     * with only the batch, not a snapshot of every hold: a lower bound.
+     * synced=1 with only the batch, not a snapshot of every hold: a
+     * lower bound.
      */
+    replace = ++appends > 256;
+    if (replace && gate_synced == 2 && !(whole = snapshot ()))
+        flux_log_error (fh, NAME ": snapshot");
     if (!(txn = flux_kvs_txn_create ())
-        || flux_kvs_txn_put (txn, ++appends > 256 ? 0 : FLUX_KVS_APPEND,
-                             "native-gate.holds", lines) < 0
+        || flux_kvs_txn_put (txn, replace ? 0 : FLUX_KVS_APPEND,
+                             "native-gate.holds", whole ? whole : lines) < 0
         || !(inflight = flux_kvs_commit (fh, NULL, FLUX_KVS_SYNC, txn))
         || flux_future_then (inflight, -1., sync_done, p) < 0)
         flux_log_error (fh, NAME ": commit");
+    commits++;
     flux_kvs_txn_destroy (txn);
+    free (whole);
     if (appends > 256)
         appends = 0;
     lines_len = 0;
@@ -282,15 +339,33 @@ static void sync_send (flux_plugin_t *p)
 }
 
 static int sync_queue (flux_plugin_t *p, const flux_msg_t *msg,
-                       flux_jobid_t id, const char *description)
+                       flux_jobid_t id, const char *description,
+                       struct hold *h)
 {
-    char line[160];
-    int n = snprintf (line, sizeof (line),
+    char line[256];
+    int n;
+
+    if (gate_synced == 2)
+        n = snprintf (line, sizeof (line),
+                      "{\"timestamp\":%.6f,\"name\":\"native_gate.hold\","
+                      "\"context\":{\"id\":%ju,\"description\":\"%s\"}}\n",
+                      flux_reactor_now (flux_get_reactor (
+                          flux_jobtap_get_flux (p))),
+                      (uintmax_t)id, description);
+    else
+        n = snprintf (line, sizeof (line),
                       "{\"id\":%ju,\"description\":\"%s\"}\n",
                       (uintmax_t)id, description);
-
     if (n < 0 || n >= (int)sizeof (line))
         return -1;
+    if (gate_synced == 2 && !h->line) {
+        if (!(h->line = strdup (line)))
+            return -1;
+        h->prev = NULL;
+        if ((h->next = logged))
+            logged->prev = h;
+        logged = h;
+    }
     if (lines_len + n + 1 > lines_size) {
         size_t size = (lines_size + n + 1) * 2;
         char *grown = realloc (lines, size);
@@ -340,7 +415,7 @@ static void hold_cb (flux_t *fh, flux_msg_handler_t *mh,
             goto error;
     }
     if (gate_synced) {
-        if (sync_queue (p, msg, id, description) < 0)
+        if (sync_queue (p, msg, id, description, h) < 0)
             goto error;
         return;
     }
@@ -435,7 +510,15 @@ static void destroy (void *arg)
     free (lines);
     lines = NULL;
     lines_len = lines_size = 0;
-    appends = 0;
+    appends = commits = 0;
+}
+
+/* The counters a benchmark reads with `flux jobtap query`. */
+static int query_cb (flux_plugin_t *p, const char *topic,
+                     flux_plugin_arg_t *args, void *arg)
+{
+    return flux_plugin_arg_pack (args, FLUX_PLUGIN_ARG_OUT,
+                                 "{s:{s:i}}", "counters", "commits", commits);
 }
 
 static const struct flux_plugin_handler handlers[] = {
@@ -443,6 +526,7 @@ static const struct flux_plugin_handler handlers[] = {
     { "job.state.run", run_cb, NULL },
     { "job.state.cleanup", cleanup_cb, NULL },
     { "job.event.finish", finish_cb, NULL },
+    { "plugin.query", query_cb, NULL },
     { 0 },
 };
 
