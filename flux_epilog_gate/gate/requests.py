@@ -64,7 +64,8 @@ class Requests:
         None is the configured one, or with ``default_timeout`` False
         none (an in-process caller with timeouts of its own).
         """
-        self._check_room("hold", done)
+        if done is not None and self.holdlog.waiting() >= self.config.max_pending:
+            self._refuse_busy("hold")
         job = self.jobs.get(jobid)
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)
@@ -96,20 +97,18 @@ class Requests:
         )
         return hold, True
 
-    def _check_room(self, method, done):
+    def _refuse_busy(self, method):
         """Refuse a request (one with ``done``, to be answered once
         durable) while ``max-pending`` requests wait for the hold log:
-        each holds its message in the broker until then."""
-        if done is None:
-            return
+        each holds its message in the broker until then.  (The test is
+        the caller's, written out: it is made for every request.)"""
         bound = self.config.max_pending
-        if self.holdlog.waiting() >= bound:
-            self.refused_busy += 1
-            raise GateError(
-                errno.EAGAIN,
-                f"{method}: {bound} requests are already waiting for the hold "
-                f"log to be committed (max-pending={bound}): try again later",
-            )
+        self.refused_busy += 1
+        raise GateError(
+            errno.EAGAIN,
+            f"{method}: {bound} requests are already waiting for the hold "
+            f"log to be committed (max-pending={bound}): try again later",
+        )
 
     def _check_hold(self, job, jobid, description, point):
         """Raise GateError if a new hold cannot be registered; else return
@@ -155,7 +154,8 @@ class Requests:
         job's fatal exception itself, so a non-zero status raises none
         (an in-process caller with exceptions of its own).
         """
-        self._check_room("release", done)
+        if done is not None and self.holdlog.waiting() >= self.config.max_pending:
+            self._refuse_busy("release")
         job = self.jobs.get(jobid)
         hold = job.holds.get(description) if job else None
         if hold is None:
