@@ -162,7 +162,9 @@ class EpilogPoint(HoldPoint):
             # never an epilog.
             if hold.state == PENDING and hold.point == EPILOG:
                 self.activate(job, hold)
-        self.annotations.update(job)
+        # Tested here: the call costs more than the test.
+        if self.annotations.config.annotate:
+            self.annotations.update(job)
 
     def _hold_for_recovery(self, job):
         # Still reading the eventlog: keep clean from being posted until

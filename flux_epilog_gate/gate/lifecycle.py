@@ -104,8 +104,10 @@ class Lifecycle:
             self.holdlog.cancel(hold, done)
             return
         self.stats.finished(reason, status)
-        # Before the finish, which may end the job.
-        self.annotations.update(job)
+        # Before the finish, which may end the job.  (Tested here: the
+        # call costs more than the test, and most sites do not annotate.)
+        if self.annotations.config.annotate:
+            self.annotations.update(job)
         self.points[hold.point].finish(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
         if reason != Reason.TIMED_OUT:
