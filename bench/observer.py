@@ -3,8 +3,10 @@ broker, the sizes of its caches, and the benchmark's own CPU time."""
 
 import json
 import os
+import re
 import shutil
 import subprocess
+import tempfile
 import time
 
 
@@ -74,12 +76,66 @@ class Broker:
             out[name] = out.get(name, 0) + self._cpu_ns(tid)
         return out
 
+    def heap_bytes(self):
+        """Bytes the broker holds allocated: glibc malloc's in all its
+        arenas (``malloc_info``) plus the blocks of Python's own
+        allocator (its arenas are mapped apart), read through gdb; None
+        if that cannot be done here.  Unlike RSS it does not move when
+        freed memory is reused or kept, so what a change adds to it is
+        what the change allocated."""
+        gdb = shutil.which("gdb")
+        if not gdb:
+            return None
+        with tempfile.TemporaryDirectory(prefix="epilog-gate-heap-") as tmp:
+            malloc, python = (os.path.join(tmp, n) for n in ("malloc", "python"))
+            script = [
+                f'call (void *)fopen("{malloc}", "w")',
+                "call (int)malloc_info(0, $1)",
+                "call (int)fclose($1)",
+                # Fails (harmlessly) in a broker without Python.
+                f'call (void *)fopen("{python}", "w")',
+                "call (int)_PyObject_DebugMallocStats($4)",
+                "call (int)fclose($4)",
+            ]
+            args = [gdb, "-p", str(self.pid), "-batch", "-nx"]
+            for command in script:
+                args += ["-ex", command]
+            subprocess.run(args, capture_output=True, text=True)
+            try:
+                with open(malloc) as f:
+                    total = malloc_in_use(f.read())
+            except (OSError, ValueError, KeyError):
+                return None
+            try:
+                with open(python) as f:
+                    total += pymalloc_in_use(f.read())
+            except OSError:
+                pass
+            return total
+
     def rss_kb(self):
         with open(f"/proc/{self.pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS")
+
+
+def malloc_in_use(xml):
+    """In-use bytes of glibc's ``malloc_info`` text: what its arenas got
+    from the system, less their free chunks, plus the chunks it mapped
+    apart."""
+    tail = xml[xml.rindex("</heap>") :]
+    sizes = dict(re.findall(r'<(?:total|system) type="(\w+)"[^>]* size="(\d+)"', tail))
+    free = int(sizes["fast"]) + int(sizes["rest"])
+    return int(sizes["current"]) - free + int(sizes["mmap"])
+
+
+def pymalloc_in_use(text):
+    """Bytes in allocated blocks of ``_PyObject_DebugMallocStats``'s text
+    (0 if it wrote none)."""
+    found = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
+    return int(found.group(1).replace(",", "")) if found else 0
 
 
 def caches(h):

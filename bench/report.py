@@ -62,6 +62,10 @@ def targets(results):
     return out
 
 
+def _kb(value):
+    return None if value is None else value / 1024
+
+
 def fmt(value, digits=2):
     if value is None or value != value:
         return "n/a"
@@ -243,7 +247,10 @@ def _scale(results):
             f"    (answered in {fmt(g['list_ms_answer_median'], 1)} ms, the rest is "
             "the client decoding it)"
         )
-        add("  per held job:         broker RSS  retained   content cache   KVS cache")
+        add(
+            "  per held job:         broker RSS  retained   content cache   KVS cache"
+            "   heap"
+        )
         for name in ("gate", "native", "native-durable"):
             if name in scale:
                 c = scale[name]["cache_bytes_per_hold"]
@@ -253,6 +260,7 @@ def _scale(results):
                     f"{fmt(scale[name]['bytes_per_hold'] / 1024):>8} KB"
                     f"{fmt(kept / 1024 if kept is not None else None):>7} KB"
                     f"{fmt(c['content'] / 1024):>13} KB{fmt(c['kvs'] / 1024):>9} KB"
+                    f"{fmt(_kb(scale[name].get('heap_bytes_per_hold'))):>7} KB"
                 )
         py = scale.get("python_state_bytes_per_hold")
         add(

@@ -29,13 +29,14 @@ def hold_scale_run(plugins, args, plugin_kind, options=None):
         log(f"scale {plugin_kind}: {count} jobs submitted")
         broker.quiesce(limit=30)
         trimmed = broker.settle(args.settle)
-        rss0, caches0 = broker.rss_kb(), caches(h)
+        rss0, caches0, heap0 = broker.rss_kb(), caches(h), broker.heap_bytes()
         hold_windowed(client, ids)
         broker.quiesce(limit=30)
         rss1, caches1 = broker.rss_kb(), caches(h)
         if trimmed:
             broker.settle(args.settle)
             rss2 = broker.rss_kb()
+        heap2 = broker.heap_bytes()
         out = {
             "holds": count,
             "rss_before_kb": rss0,
@@ -45,6 +46,8 @@ def hold_scale_run(plugins, args, plugin_kind, options=None):
             "retained_bytes_per_hold": (
                 (rss2 - rss0) * 1024 / count if trimmed else None
             ),
+            # allocated and kept (malloc and Python's allocator), per hold
+            "heap_bytes_per_hold": per_hold(heap0, heap2, count),
             # what the content and KVS caches hold more, per hold
             "cache_bytes_per_hold": {
                 k: (caches1[k] - caches0[k]) / count for k in caches0
@@ -128,6 +131,7 @@ def forget_records(port):
     port.timers[:] = port.armed_timers()
     port.kvs.clear()
     port.commits.clear()
+    port.txns.clear()  # the parts of snapshots (each a copy of every line)
     port.synced.clear()
     port.events.clear()
     port.logs.clear()
@@ -170,16 +174,17 @@ def growth_run(plugins, sizes, cores, settle, repeat):
             probe = client.submit_held(PROBE_PAIRS, spec)
             broker.quiesce(limit=30)
             trimmed = broker.settle(settle)
-            rss0 = broker.rss_kb()
+            rss0, heap0 = broker.rss_kb(), broker.heap_bytes()
             hold_windowed(client, ids)
             broker.quiesce(limit=30)
             if trimmed:
                 broker.settle(settle)
-            rss1 = broker.rss_kb()
+            rss1, heap1 = broker.rss_kb(), broker.heap_bytes()
             held = size
             row = {
                 "holds": size,
                 "retained_bytes_per_hold": (rss1 - rss0) * 1024 / len(ids),
+                "heap_bytes_per_hold": per_hold(heap0, heap1, len(ids)),
                 "trimmed": trimmed,
             }
             row.update(list_timing(h, repeat, size))
@@ -190,6 +195,13 @@ def growth_run(plugins, sizes, cores, settle, repeat):
             rows.append(row)
             print_growth_row(row, header=len(rows) == 1)
     return rows
+
+
+def per_hold(before, after, count):
+    """Bytes per hold between two readings (None without them)."""
+    if before is None or after is None:
+        return None
+    return (after - before) / count
 
 
 def hold_windowed(client, ids, window=HOLD_WINDOW):
@@ -277,16 +289,22 @@ def print_growth_row(row, header=False):
     if header:
         print(
             f"{'holds':>8} {'list ms':>8} {'CLI ms':>8} {'CLI json':>9} "
-            f"{'answer MB':>9} {'B/hold':>7} {'stall ms':>9} {'(quiet)':>8}",
+            f"{'answer MB':>9} {'B/hold':>7} {'heap B':>7} {'stall ms':>9} "
+            f"{'(quiet)':>8}",
             flush=True,
         )
     print(
         f"{row['holds']:>8} {row['list_ms_answer_median']:>8.0f} "
         f"{row['cli_list_ms']:>8.0f} {row['cli_list_json_ms']:>9.0f} "
         f"{row['list_bytes'] / 1e6:>9.1f} {row['retained_bytes_per_hold']:>7.0f} "
+        f"{_or_na(row['heap_bytes_per_hold']):>7} "
         f"{row['snapshot_stall_ms']:>9.1f} {row['ping_gap_ms_without']:>8.1f}",
         flush=True,
     )
+
+
+def _or_na(value):
+    return "n/a" if value is None else f"{value:.0f}"
 
 
 def main():

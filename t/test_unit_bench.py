@@ -97,3 +97,55 @@ def test_the_rabbit_workload_has_configurations_of_its_own():
         instructions.configs_of("rabbit", "bare,gate")
     with pytest.raises(SystemExit, match="unknown configuration 'dws' of normal"):
         instructions.configs_of("normal", "dws")
+
+
+# The broker's heap, read through gdb (bench/observer.py)
+
+
+def test_a_process_heap_grows_by_what_it_allocates():
+    """Two Python processes that differ by 200,000 objects of 134 bytes
+    (a 144-byte block each, and the list's pointer): their heaps differ
+    by about that."""
+    import subprocess
+    import time
+
+    import observer
+
+    def heap_of(count):
+        code = f"import time; x = [bytes(100) for _ in range({count})]; time.sleep(60)"
+        child = subprocess.Popen([sys.executable, "-c", code])
+        try:
+            time.sleep(1.5)
+            broker = observer.Broker.__new__(observer.Broker)
+            broker.pid = child.pid
+            return broker.heap_bytes()
+        finally:
+            child.kill()
+            child.wait()
+
+    small, large = heap_of(100_000), heap_of(300_000)
+    assert small is not None, "gdb could not read the heap (is gdb installed?)"
+    grown = (large - small) / 200_000
+    assert 140 <= grown <= 165
+
+
+def test_malloc_info_in_use_is_what_the_arenas_got_less_their_free_chunks():
+    import observer
+
+    xml = (
+        '<malloc version="1"><heap nr="0"><total type="fast" count="1" size="9"/>'
+        '<system type="current" size="999"/></heap>'
+        '<total type="fast" count="2" size="100"/>'
+        '<total type="rest" count="3" size="200"/>'
+        '<total type="mmap" count="1" size="4096"/>'
+        '<system type="current" size="10000"/>'
+        '<system type="max" size="20000"/>'
+        '<aspace type="total" size="10000"/></malloc>'
+    )
+    assert observer.malloc_in_use(xml) == 10000 - 100 - 200 + 4096
+    stats = (
+        "# arenas allocated current = 3\n"
+        "# bytes in allocated blocks        =    1,234,567\n"
+    )
+    assert observer.pymalloc_in_use(stats) == 1234567
+    assert observer.pymalloc_in_use("") == 0
