@@ -201,7 +201,10 @@ class Requests:
             hold
             for job in jobs
             if userid is None or job.userid == userid
-            for hold in _by_description(job.holds)
+            # Most jobs have one hold: no call to sort them.
+            for hold in (
+                job.holds.values() if len(job.holds) < 2 else _by_description(job)
+            )
         )
 
     def _job_info(self, jobid):
@@ -245,8 +248,7 @@ def _again(hold, done, error):
     done(hold, error or hold.record_error)
 
 
-def _by_description(holds):
-    """A job's holds by description (most jobs have one)."""
-    if len(holds) < 2:
-        return holds.values()
+def _by_description(job):
+    """A job's holds by description."""
+    holds = job.holds
     return [holds[description] for description in sorted(holds)]
