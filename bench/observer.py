@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -84,7 +85,10 @@ class Broker:
         freed memory is reused or kept, so what a change adds to it is
         what the change allocated."""
         gdb = shutil.which("gdb")
-        if not gdb:
+        if not gdb or sys.version_info >= (3, 12):
+            # From 3.12 the allocator's state is the interpreter's: read
+            # from gdb, outside any Python thread, it crashes the process.
+            # (The broker's Python is the benchmark's own.)
             return None
         with tempfile.TemporaryDirectory(prefix="epilog-gate-heap-") as tmp:
             malloc, python = (os.path.join(tmp, n) for n in ("malloc", "python"))

@@ -123,6 +123,10 @@ def test_a_process_heap_grows_by_what_it_allocates():
             child.kill()
             child.wait()
 
+    if sys.version_info >= (3, 12):
+        # Not read there (it would crash the process): no figure at all.
+        assert heap_of(100_000) is None
+        return
     small, large = heap_of(100_000), heap_of(300_000)
     assert small is not None, "gdb could not read the heap (is gdb installed?)"
     grown = (large - small) / 200_000
