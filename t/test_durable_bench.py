@@ -3,7 +3,6 @@ synced record (bench/native_gate.c) under a real instance: what the
 durable acknowledgements of epilog-gate are compared with."""
 
 import os
-import shutil
 import sys
 
 import pytest
@@ -53,7 +52,6 @@ def hold_one_by_one(inst, jobids):
     return h
 
 
-@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler")
 @pytest.mark.parametrize("synced, kept", [(1, "the batches since"), (2, "every hold")])
 def test_the_native_synced_gate_replaces_its_key_as_configured(tmp_path, synced, kept):
     """After 256 appends the key is replaced: with synced=1 by the batch
