@@ -3,6 +3,7 @@ out directly when json would write them the same way: whatever the
 values, the text is json's."""
 
 import json
+import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -114,3 +115,24 @@ def test_a_description_is_judged_the_same_once_known():
         assert first == (holds._VERBATIM_RE(text) is not None)
         assert holds._VERBATIM[text] == first
         assert holds._VERBATIM(text) == first
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    jobid=st.integers(min_value=0, max_value=2**64 - 1),
+    description=st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True),
+    point=st.sampled_from(list(holds.POINTS)),
+    t_hold=st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.integers()),
+    timeout=st.one_of(st.none(), st.floats(allow_nan=False)),
+)
+def test_a_hold_keeps_its_times_text_and_writes_the_same_line_again(
+    jobid, description, point, t_hold, timeout
+):
+    hold = holds.Hold(jobid, description, 1000, t_hold, timeout, point)
+    first = holdlog.hold_entry(hold)
+    assert not hasattr(hold, "entry")
+    if type(t_hold) is float and math.isfinite(t_hold):
+        assert hold.t_text == json.dumps(t_hold)
+    else:
+        assert hold.t_text is None
+    assert holdlog.hold_entry(hold) == first

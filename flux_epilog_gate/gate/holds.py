@@ -135,7 +135,7 @@ class Hold:
         "t_start",
         "timeout",
         "timer",
-        "entry",
+        "t_text",
         "point",
         "aborted",
         "record_error",
@@ -150,8 +150,9 @@ class Hold:
         self.t_start = None
         self.timeout = timeout
         self.timer = None
-        # Its line in the hold log, once made (see holdlog.hold_entry).
-        self.entry = None
+        # t_hold as json writes it, once the hold's log line is made (see
+        # holdlog.hold_entry): snapshots and list answers write it again.
+        self.t_text = None
         self.point = point
         # An active prolog hold whose job will never start (it entered
         # CLEANUP): its service should abort the setup and release it.

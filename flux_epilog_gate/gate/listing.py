@@ -5,11 +5,10 @@ the text ``json.dumps`` writes of :meth:`Hold.to_dict
 A list of 100,000 holds is answered from the job-manager's thread, so an
 entry is one f-string: the fixed texts of a hold's state and point are
 constants, a description's quoted text is made once per answer, and the
-hold's time is the slice of its hold-log line (:func:`hold_entry
-<flux_epilog_gate.gate.holdlog.hold_entry>`, ``{"timestamp":T,...``)
-that json wrote of it already: writing a float out again is the dearest
-part of an entry, and keeping another string per hold would cost memory.
-Any value the constants do not cover is written by json.
+hold's time is the text its hold-log line was written with
+(:func:`hold_entry <flux_epilog_gate.gate.holdlog.hold_entry>` keeps
+it): writing a float out again is the dearest part of an entry.  Any
+value the constants do not cover is written by json.
 """
 
 import json
@@ -40,8 +39,7 @@ def entries(holds):
         f"{quoted[d] if (d := h.description) in quoted else quoted.add(d)}"
         f"{_PENDING if (s := h.state) is PENDING else _ACTIVE if s is ACTIVE else _state(s)}"  # noqa: E501
         f'{h.userid},"t_hold":'
-        # 13: where the timestamp starts, after '{"timestamp":'.
-        f"{e[13:e.find(',', 13)] if type(e := h.entry) is str else _number(h.t_hold)}"
+        f"{_number(h.t_hold) if (w := h.t_text) is None else w}"
         f"{_EPILOG if (p := h.point) is EPILOG else _PROLOG if p is PROLOG else _DEPEND if p is DEPEND else _point(p)}"  # noqa: E501
         f'{"" if (t := h.t_start) is None else _T_START + _number(t)}'
         f'{"" if (o := h.timeout) is None else _TIMEOUT + (timeouts[o] if type(o) is float and o in timeouts else timeouts.add(o))}'  # noqa: E501

@@ -59,7 +59,7 @@ def make(values):
     hold.state = values["state"]
     hold.t_start = values["t_start"]
     if values["logged"]:
-        hold_entry(hold)  # the line the hold keeps once recorded
+        hold_entry(hold)  # the time's text the hold keeps once recorded
     return hold
 
 
@@ -89,7 +89,7 @@ def test_equal_timeouts_of_different_types_are_written_each_as_itself():
     assert [type(t) for t in texts[:3]] == [float, int, float]
 
 
-def test_the_hold_time_comes_from_the_kept_log_line_as_json_wrote_it():
+def test_the_hold_time_is_the_text_its_log_line_was_written_with():
     hold = holds.Hold(7, "bb", 1000, 1764612345.123456, 600.0, holds.PROLOG)
     line = hold_entry(hold)
     assert line.startswith('{"timestamp":1764612345.123456,')
@@ -101,7 +101,7 @@ def test_the_hold_time_comes_from_the_kept_log_line_as_json_wrote_it():
 def test_listing_a_hold_leaves_it_as_it_was():
     hold = holds.Hold(7, "bb", 1000, 1.25)
     entries([hold])
-    assert hold.entry is None
+    assert hold.t_text is None
 
 
 # The order of the answer: by job id, then description, however the holds
