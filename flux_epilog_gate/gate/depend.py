@@ -136,7 +136,7 @@ class DependPoint(HoldPoint):
     def on_cleanup(self, job):
         """The job entered CLEANUP: it never runs, its dependency holds
         are gone (its watchers are told first)."""
-        if job.recovering:
+        if job.recovery is not None and job.recovery.active:
             # recovered() does this once the holds are known.
             return
         for hold in list(job.holds.values()):

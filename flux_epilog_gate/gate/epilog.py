@@ -37,7 +37,7 @@ class EpilogPoint(HoldPoint):
     """The epilog point (see module docstring and
     :class:`~flux_epilog_gate.gate.points.HoldPoint`).
 
-    Owns each job's ``at_point`` and ``recovery_epilog``.  Also calls
+    Owns each job's ``at_point`` and its recovery's ``epilog``.  Also calls
     the annotations (a job's active holds change when it reaches its
     point) and the jobs' progress events; tells the shutdown of a held
     job that enters CLEANUP short of its point.  Called by the gate's
@@ -59,7 +59,10 @@ class EpilogPoint(HoldPoint):
 
     def place(self, job, hold, state):
         """A new epilog hold: active at once past the point, else pending."""
-        if not job.recovering and (job.at_point or self.past_point(job, state)):
+        recovery = job.recovery
+        if (recovery is None or not recovery.active) and (
+            job.at_point or self.past_point(job, state)
+        ):
             self.activate(job, hold)
             job.at_point = True
 
@@ -87,7 +90,7 @@ class EpilogPoint(HoldPoint):
     def reach(self, job):
         """Take the job as at its epilog point now, whatever it went
         through (at shutdown, which ends its processes)."""
-        if job.at_point or job.recovering:
+        if job.at_point or (job.recovery is not None and job.recovery.active):
             return
         try:
             self._reach_point(job)
@@ -122,7 +125,7 @@ class EpilogPoint(HoldPoint):
             return
         description = context["description"]
         if description == RECOVERY_DESCRIPTION:
-            job.recovery_epilog = name == "epilog-start"
+            job.recovery.epilog = name == "epilog-start"
         elif name == "epilog-start":
             replay_start(job, timestamp, context)
         elif description in released:
@@ -141,15 +144,18 @@ class EpilogPoint(HoldPoint):
     def end_recovery(self, job):
         """End the gate's own epilog action of a job whose holds are
         known again (or could not be)."""
-        if job.recovery_epilog:
-            job.recovery_epilog = False
+        recovery = job.recovery
+        if recovery is not None and recovery.epilog:
+            recovery.epilog = False
             self._post_finish(job.id, RECOVERY_DESCRIPTION, 0)
+        job.recovery_over()
 
     # Internals
 
     def _advance(self, job, state):
-        if job.recovering:
-            if job.recovery_keeps:
+        recovery = job.recovery
+        if recovery is not None and recovery.active:
+            if recovery.keeps:
                 self._hold_for_recovery(job)
         elif not job.at_point and self.past_point(job, state):
             self._reach_point(job)
@@ -169,9 +175,9 @@ class EpilogPoint(HoldPoint):
     def _hold_for_recovery(self, job):
         # Still reading the eventlog: keep clean from being posted until
         # we know which holds this job has.
-        if not job.recovery_epilog:
+        if not job.recovery.epilog:
             self._post_start(job.id, RECOVERY_DESCRIPTION)
-            job.recovery_epilog = True
+            job.recovery.epilog = True
 
     def _post_start(self, jobid, description, timeout=None):
         try:

@@ -307,7 +307,7 @@ class Snapshot:
         while size < limit and self.next < len(jobs):
             job = jobs[self.next]
             self.next += 1
-            if job.recovering:
+            if job.recovery is not None and job.recovery.active:
                 raise Recovering()
             if table.get(job.id) is not job:
                 continue

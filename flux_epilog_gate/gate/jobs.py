@@ -8,46 +8,89 @@ from collections import OrderedDict
 NOT_ANNOTATED = object()
 
 
+class JobRecovery:
+    """What the gate keeps of a job for its recovery (:attr:`Job.recovery`),
+    apart from the job: nearly no job is being recovered, so a job's
+    record carries one slot for all of it.
+
+    ``active``: the job's holds are being recovered (see
+    :attr:`Job.recovering`).  ``keeps``: while active, the points keep
+    the job back with recovery actions of their own: False for a job the
+    hold log does not name, whose active holds the job-manager keeps by
+    itself.  The others are the points' recovery actions, which may still
+    be open for a moment once ``active`` is false, until each point ends
+    its own: ``epilog`` (epilog.py), the gate's epilog action that keeps
+    the job from clean is posted and not yet finished; ``prolog_at``
+    (prolog.py), when this job-manager posted its own recovery prolog
+    action (or None), and ``prologs_open``, how many the eventlog leaves
+    open.
+    """
+
+    __slots__ = ("active", "keeps", "epilog", "prolog_at", "prologs_open")
+
+    def __init__(self, keeps=True):
+        self.active = True
+        self.keeps = keeps
+        self.epilog = False
+        self.prolog_at = None
+        self.prologs_open = 0
+
+    def over(self):
+        """True if nothing of the recovery is left: the job's record may
+        drop this, being then as one never recovered."""
+        return (
+            not self.active
+            and not self.epilog
+            and self.prolog_at is None
+            and self.prologs_open == 0
+        )
+
+
 class Job:
-    """The gate's record of one job that has holds (or is being recovered)."""
+    """The gate's record of one job that has holds (or is being recovered).
+
+    ``recovery`` is its :class:`JobRecovery` from when its recovery
+    begins until nothing of it is left, else None (as for nearly every
+    job): paths that every held job takes test ``job.recovery is not None
+    and job.recovery.active`` themselves rather than call the
+    :attr:`recovering` property.
+    """
 
     __slots__ = (
         "id",
         "userid",
         "holds",
         "at_point",
-        "recovering",
-        "recovery_keeps",
-        "recovery_epilog",
         "annotation",
         "start_held",
-        "recovery_prolog_at",
-        "recovery_prologs_open",
+        "recovery",
     )
 
     def __init__(self, jobid, userid):
         self.id = jobid
         self.userid = userid
         self.holds = {}
-        self.recovering = False
-        # While recovering, the points keep the job back with recovery
-        # actions of their own: False for a job the hold log does not
-        # name, whose active holds the job-manager keeps by itself.
-        self.recovery_keeps = True
-        # The epilog point's (epilog.py): the job is at its epilog point;
-        # the gate's own epilog action that keeps the job from clean while
-        # its holds are being recovered is posted and not yet finished.
+        # The epilog point's (epilog.py): the job is at its epilog point.
         self.at_point = False
-        self.recovery_epilog = False
         # The annotations' (annotations.py): what the job's annotation is.
         self.annotation = NOT_ANNOTATED
         # The prolog point's (prolog.py): one of the gate's prolog actions
-        # keeps the job's start back; while recovering, when this
-        # job-manager posted its own recovery prolog action (or None), and
-        # how many the eventlog leaves open.
+        # keeps the job's start back.
         self.start_held = False
-        self.recovery_prolog_at = None
-        self.recovery_prologs_open = 0
+        # Recovery's (recovery.py), and the points' recovery actions.
+        self.recovery = None
+
+    @property
+    def recovering(self):
+        """True while the job's holds are being recovered."""
+        recovery = self.recovery
+        return recovery is not None and recovery.active
+
+    def recovery_over(self):
+        """Drop the job's :class:`JobRecovery` if nothing of it is left
+        (the points call this once their recovery actions are ended)."""
+        if self.recovery is not None and self.recovery.over():
+            self.recovery = None
 
 
 class GoneLog:
@@ -130,6 +173,13 @@ class JobTable(dict):
     def holds(self):
         """Every hold of every job, or None while some job's holds are
         still being recovered (what the hold log's snapshots are made of)."""
-        if any(job.recovering for job in self.values()):
+        if self.recovering():
             return None
         return [hold for job in self.values() for hold in job.holds.values()]
+
+    def recovering(self):
+        """True if some job's holds are being recovered."""
+        # Not Job.recovering: a call per job costs more than the test.
+        return any(
+            job.recovery is not None and job.recovery.active for job in self.values()
+        )

@@ -97,7 +97,7 @@ class Lifecycle:
         if hold.timer is not None:
             self.timeouts.stop(hold)
         self.jobs.gone.add(job.id, hold.description, reason)
-        if not job.holds and not job.recovering:
+        if not job.holds and (job.recovery is None or not job.recovery.active):
             self.jobs.untrack(job)
         if was == PENDING:
             self.stats["cancelled"] += 1
@@ -147,7 +147,7 @@ class Lifecycle:
             self.holdlog.cancel(hold)
         if was == ACTIVE:
             self.annotations.update(job)
-        if not job.holds and not job.recovering:
+        if not job.holds and (job.recovery is None or not job.recovery.active):
             self.jobs.untrack(job)
 
     def finish_released(self, job, hold, status):
@@ -168,7 +168,7 @@ class Lifecycle:
     def on_inactive(self, jobid):
         """The job is inactive: whatever it still holds is gone."""
         job = self.jobs.get(jobid)
-        if job is not None and job.recovering:
+        if job is not None and job.recovery is not None and job.recovery.active:
             # Its holds are not known yet: end_recovery() finds the job
             # inactive and reports what it lost.
             return

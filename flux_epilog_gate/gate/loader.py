@@ -82,11 +82,7 @@ class Load:
         #: Entries of the hold log by job, or None if it could not be read.
         self.log = {}
         self.log_size = 0
-        if (
-            carried is None
-            or self.partial
-            or any(job.recovering for job in carried.jobs.values())
-        ):
+        if carried is None or self.partial or carried.jobs.recovering():
             self.log, self.log_size = read_log(port)
             self.log_size = self.log_size or 0
         # Jobs the job-manager sent job.new for (a carried gate forgets

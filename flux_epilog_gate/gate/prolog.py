@@ -62,8 +62,8 @@ class PrologPoint(HoldPoint):
     """The prolog point (see module docstring and
     :class:`~flux_epilog_gate.gate.points.HoldPoint`).
 
-    Owns each job's ``start_held``, ``recovery_prolog_at`` and
-    ``recovery_prologs_open``.  Also tells the watchers of a hold whose
+    Owns each job's ``start_held`` and its recovery's ``prolog_at`` and
+    ``prologs_open``.  Also tells the watchers of a hold whose
     job will never start.  Called by the gate's job-manager callbacks
     (``on_run``, ``on_cleanup``), the requests, the lifecycle
     (``finish``), recovery and reload.
@@ -88,7 +88,9 @@ class PrologPoint(HoldPoint):
         if (
             state == RUN
             and job is not None
-            and (job.start_held or job.recovery_prolog_at)
+            and (
+                job.start_held or (job.recovery is not None and job.recovery.prolog_at)
+            )
         ):
             return
         if state == RUN:
@@ -102,7 +104,11 @@ class PrologPoint(HoldPoint):
     def place(self, job, hold, state):
         """A new prolog hold ``hold`` on ``job``: active at once if the
         gate already keeps the job's start back, else pending until RUN."""
-        if state == RUN and job.start_held and not job.recovering:
+        if (
+            state == RUN
+            and job.start_held
+            and (job.recovery is None or not job.recovery.active)
+        ):
             self.activate(job, hold)
         else:
             self._want_run(job)
@@ -112,8 +118,9 @@ class PrologPoint(HoldPoint):
     def on_run(self, job):
         """The job entered RUN: its start request is sent right after this
         callback unless a prolog action is queued by then."""
-        if job.recovering:
-            if job.recovery_keeps:
+        recovery = job.recovery
+        if recovery is not None and recovery.active:
+            if recovery.keeps:
                 self._hold_for_recovery(job)
             return
         for hold in list(job.holds.values()):
@@ -126,7 +133,7 @@ class PrologPoint(HoldPoint):
     def on_cleanup(self, job):
         """The job entered CLEANUP (before its epilog point is looked for):
         pending prolog holds are dropped, active ones are aborted."""
-        if job.recovering:
+        if job.recovery is not None and job.recovery.active:
             # recovered() does this once the holds are known.
             return
         for hold in list(job.holds.values()):
@@ -181,8 +188,9 @@ class PrologPoint(HoldPoint):
             del released[description]
             return
         if description == RECOVERY_DESCRIPTION:
-            if timestamp < (job.recovery_prolog_at or float("inf")):
-                job.recovery_prologs_open += 1 if name == "prolog-start" else -1
+            recovery = job.recovery
+            if timestamp < (recovery.prolog_at or float("inf")):
+                recovery.prologs_open += 1 if name == "prolog-start" else -1
             return
         if not context.get(MARKER):
             return
@@ -197,8 +205,9 @@ class PrologPoint(HoldPoint):
     def recovered(self, job, state):
         """A job's holds are known again (after a restart or a reload) and
         it is in ``state``: carry its prolog holds on from there."""
+        recovery = job.recovery
         job.start_held = bool(active_prologs(job)) or bool(
-            job.recovery_prolog_at or job.recovery_prologs_open > 0
+            recovery is not None and (recovery.prolog_at or recovery.prologs_open > 0)
         )
         for hold in list(job.holds.values()):
             if not is_prolog(hold):
@@ -221,9 +230,13 @@ class PrologPoint(HoldPoint):
     def end_recovery(self, job):
         """End the gate's own prolog actions of a job whose holds are
         known again (or could not be)."""
-        count = max(0, job.recovery_prologs_open) + (1 if job.recovery_prolog_at else 0)
-        job.recovery_prolog_at = None
-        job.recovery_prologs_open = 0
+        count = 0
+        recovery = job.recovery
+        if recovery is not None:
+            count = max(0, recovery.prologs_open) + (1 if recovery.prolog_at else 0)
+            recovery.prolog_at = None
+            recovery.prologs_open = 0
+            job.recovery_over()
         job.start_held = bool(active_prologs(job))
         for _ in range(count):
             try:
@@ -280,7 +293,7 @@ class PrologPoint(HoldPoint):
     def _hold_for_recovery(self, job):
         # Still reading the eventlog: keep the start request back until we
         # know which prolog holds this job has.
-        if not job.recovery_prolog_at:
+        if not job.recovery.prolog_at:
             # Read before the post: the eventlog read may return our own
             # prolog-start, and replay must see it as ours (not older).
             now = self.port.now()
@@ -291,4 +304,4 @@ class PrologPoint(HoldPoint):
                     syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-start: {exc}"
                 )
                 return
-            job.recovery_prolog_at = now
+            job.recovery.prolog_at = now

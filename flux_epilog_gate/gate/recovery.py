@@ -18,6 +18,7 @@ from .holds import (
     RELEASE_EVENT,
     Reason,
 )
+from .jobs import JobRecovery
 from .points import hold_from_entry
 from .states import CLEANUP, INACTIVE, RUN
 
@@ -30,7 +31,9 @@ PROGRESS_EVENTS = frozenset(
 class Recovery:
     """Rebuilds jobs' holds from the hold log and their eventlogs.
 
-    Owns each job's ``recovering`` flag.  Calls the jobs, the hold points
+    Owns each job's ``recovery`` (a
+    :class:`~flux_epilog_gate.gate.jobs.JobRecovery`, whose ``active`` and
+    ``keeps`` are its own, the rest the points').  Calls the jobs, the hold points
     (each keeps the job while it is recovered, replays its own events
     and carries its holds on), the lifecycle (timers; finishing what a
     crash left released; a job that went inactive), the watchers and
@@ -57,8 +60,12 @@ class Recovery:
         ``keep``: it may have pending holds (the hold log names it), so
         the points keep it back meanwhile."""
         job = self.jobs.get(jobid) or self.jobs.track(jobid, userid)
-        job.recovering = True
-        job.recovery_keeps = keep
+        if job.recovery is None:
+            job.recovery = JobRecovery(keep)
+        else:
+            # What the points' recovery actions left open stays theirs.
+            job.recovery.active = True
+            job.recovery.keeps = keep
         for point in (self.epilog, self.prolog, self.depend):
             point.recovering(job)
 
@@ -87,15 +94,17 @@ class Recovery:
         # not necessarily in ``events``: keep it (its holds, and the epilog
         # point's recovery action, which the replay may see closed by a
         # previous job-manager).
-        epilog_posted, held_meanwhile = job.recovery_epilog, job.holds
+        recovery = job.recovery
+        epilog_posted, held_meanwhile = recovery.epilog, job.holds
         job.holds = {}
         seen, unfinished = self._replay(job, events)
-        job.recovery_epilog = job.recovery_epilog or epilog_posted
+        recovery.epilog = recovery.epilog or epilog_posted
         for description, hold in held_meanwhile.items():
             if description not in job.holds:
                 job.holds[description] = hold
                 self.jobs.gone.discard(job.id, description)
-        job.recovering = False
+        # Kept until the points end their recovery actions.
+        recovery.active = False
         return seen, unfinished
 
     def abandon(self, jobid):
@@ -104,7 +113,7 @@ class Recovery:
         job = self.jobs.get(jobid)
         if job is None or not job.recovering:
             return
-        job.recovering = False
+        job.recovery.active = False
         try:
             state, _ = self.port.job_info(jobid)
         except OSError:

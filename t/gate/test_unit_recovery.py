@@ -2,17 +2,22 @@
 job-manager rebuilds the holds from the eventlog; no broker, the
 job-manager is a FakePort."""
 
+import sys
+
 import pytest
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
 from flux_epilog_gate.gate.holds import (
     ACTIVE,
     CANCEL_EVENT,
+    EPILOG,
     HOLD_EVENT,
     PENDING,
+    PROLOG,
     RECOVERY_DESCRIPTION,
     Reason,
 )
+from flux_epilog_gate.gate.jobs import Job
 
 from .unitgate import (
     JOB,
@@ -292,3 +297,39 @@ def test_recovered_job_going_inactive_forgets_its_replayed_progress(port, gate):
     assert JOB in gate.replayed_progress
     gate.on_inactive(JOB)
     assert JOB not in gate.replayed_progress
+
+
+# What a job's record keeps of its recovery
+
+
+class _SevenSlots:
+    __slots__ = ("a", "b", "c", "d", "e", "f", "g")
+
+
+def test_a_held_job_record_costs_no_more_than_seven_slots():
+    # Its recovery's state lives apart, in the rare job being recovered.
+    assert sys.getsizeof(Job(JOB, USER)) <= sys.getsizeof(_SevenSlots())
+    assert Job(JOB, USER).recovery is None
+
+
+@pytest.mark.parametrize(
+    ("state", "callback", "point"),
+    [(RUN, "on_run", PROLOG), (CLEANUP, "on_cleanup", EPILOG)],
+)
+def test_a_recovered_job_keeps_nothing_of_its_recovery(
+    port, gate, state, callback, point
+):
+    port.add_job(JOB, SCHED, USER)
+    gate.begin_recovery(JOB, USER)
+    assert gate.jobs[JOB].recovery is not None
+    port.set_state(JOB, state)
+    if state == RUN:
+        port.happen(JOB, "alloc")
+    getattr(gate, callback)(JOB)
+    hold = {"description": "s", "point": point}
+    gate.end_recovery(JOB, [ev(1.0, HOLD_EVENT, **hold)])
+    # Its recovery action ended, the job still held: its record is as
+    # one never recovered.
+    open_actions = port.prologs_open if point == PROLOG else port.outstanding
+    assert open_actions(JOB) == ["s"]
+    assert gate.jobs[JOB].recovery is None and not gate.jobs[JOB].recovering
