@@ -60,8 +60,8 @@ def test_snapshot_lines_and_t_hold_survive_a_reload_exactly(new_instance, plugin
     held = [submit(handle, duration=4) for _ in range(3)]
     pending = [submit(handle, urgency=0) for _ in range(3)]
     prolog = [submit(handle, urgency=0) for _ in range(2)]
-    after = {"system.dependencies": [{"scheme": "afterany", "value": str(held[0])}]}
-    depend = [submit(handle, **after) for _ in range(2)]
+    deps = {"system.dependencies": [{"scheme": "afterany", "value": str(held[0])}]}
+    depend = [submit(handle, **deps) for _ in range(2)]
     # One request at a time: each its own append, so snapshots happen.
     for job in held + pending:
         for k in range(PER_JOB):
