@@ -74,14 +74,16 @@ class BurstBufferService:
         future = self.gate.hold_async(jobid, SETUP, timeout=60, point="prolog")
         future.then(self.setup_held, jobid)
 
-    def answered(self, future, what):
-        """The answer of a hold or release: say what was done, or why not."""
+    def answered(self, future, what, quiet=False):
+        """The answer of a hold or release: say what was done (unless
+        ``quiet``), or why not."""
         try:
             future.get()  # fulfilled: does not wait
         except OSError as exc:
             print(f"bb: {what}: failed: {exc.strerror}", flush=True)
             return
-        print(f"bb: {what}", flush=True)
+        if not quiet:
+            print(f"bb: {what}", flush=True)
 
     def setup_held(self, future, jobid):
         try:
@@ -136,11 +138,14 @@ class BurstBufferService:
         except OSError as exc:
             print(f"bb: teardown of {path} failed: {exc}", flush=True)
             status = 1
+        # Said before the release: the job may be clean before its answer.
+        if not status:
+            print(f"bb: tore down {path} (ran={hold['ran']}), releasing", flush=True)
         future = self.gate.release_async(hold["id"], DESCRIPTION, status)
-        future.then(self.released, f"tore down {path} (ran={hold['ran']}), released")
+        future.then(self.released, f"release of {path}")
 
     def released(self, future, what):
-        self.answered(future, what)
+        self.answered(future, what, quiet=True)
         if self.remaining is not None:
             self.remaining -= 1
             if self.remaining <= 0:

@@ -67,13 +67,15 @@ def show(handle, jobid, title):
     # Wait for the whole eventlog (it ends at clean) before printing, so
     # that the service's lines come before the job's, not among them.
     events = list(flux.job.event_watch(handle, jobid))
-    print(f"\n== {title}: job {jobid.f58}")
+    lines = [f"\n== {title}: job {jobid.f58}"]
     t0 = None
     for event in events:
         t0 = t0 or event.timestamp
         if event.name in SHOWN:
             context = " ".join(f"{k}={v}" for k, v in event.context.items())
-            print(f"  {event.timestamp - t0:7.3f}s  {event.name:<18} {context}")
+            lines.append(f"  {event.timestamp - t0:7.3f}s  {event.name:<18} {context}")
+    # One write: the service prints to the same terminal.
+    print("\n".join(lines), flush=True)
 
 
 def main():
