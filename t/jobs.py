@@ -2,6 +2,7 @@
 the instance's log, the gate's query and its hold log."""
 
 import json
+import subprocess
 import time
 
 import flux.job
@@ -9,6 +10,7 @@ from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
 
 from flux_epilog_gate.gate.holdlog import KEY, parse
+from flux_epilog_gate.testing import flux_command
 
 #: Simulated execution: the job "runs" this long without any process.
 SIM = "system.exec.test.run_duration"
@@ -143,3 +145,15 @@ def wait_alloc_pending(handle, count=1, timeout=15.0):
         if time.time() > deadline:
             raise TimeoutError(f"{count} alloc requests not pending in {timeout}s")
         time.sleep(0.02)
+
+
+def get_raw(inst):
+    """The bytes of the hold log's value (what ``flux kvs get --raw``
+    prints)."""
+    return subprocess.run(
+        [flux_command(), "kvs", "get", "--raw", KEY],
+        env=inst.env,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    ).stdout

@@ -12,7 +12,15 @@ import time
 
 import flux.job
 import pytest
-from jobs import described, dmesg, query, submit, wait_event, wait_inactive
+from jobs import (
+    described,
+    dmesg,
+    get_raw,
+    query,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, MAX_BYTES
@@ -34,18 +42,6 @@ def put_raw(inst, data):
         capture_output=True,
         timeout=60,
     )
-
-
-def get_raw(inst):
-    """The bytes of the hold log's value (what ``flux kvs get --raw``
-    prints)."""
-    return subprocess.run(
-        [flux_command(), "kvs", "get", "--raw", KEY],
-        env=inst.env,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    ).stdout
 
 
 def entry(jobid, description, **context):

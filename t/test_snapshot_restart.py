@@ -6,15 +6,13 @@ be the one first committed.  Real instances; holds at every point, with
 and without a timeout, and enough of them for a snapshot."""
 
 import json
-import subprocess
 import time
 
 import pytest
-from jobs import set_urgency, submit, wait_event
+from jobs import get_raw, set_urgency, submit, wait_event
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.gate.holdlog import HOLD_EVENT, KEY, MAX_APPENDS
-from flux_epilog_gate.testing import flux_command
+from flux_epilog_gate.gate.holdlog import HOLD_EVENT, MAX_APPENDS
 
 #: Holds per job held at its epilog point, and per pending job.
 PER_JOB = 45
@@ -22,13 +20,7 @@ PER_JOB = 45
 
 def hold_lines(inst):
     """Each hold entry of the log, by (id, description)."""
-    raw = subprocess.run(
-        [flux_command(), "kvs", "get", "--raw", KEY],
-        env=inst.env,
-        check=True,
-        capture_output=True,
-        timeout=60,
-    ).stdout
+    raw = get_raw(inst)
     lines = {}
     for line in raw.splitlines():
         if not line.strip():
