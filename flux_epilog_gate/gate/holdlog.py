@@ -194,7 +194,7 @@ def hold_entry(hold):
         context["timeout"] = hold.timeout
     if hold.point != EPILOG:
         context["point"] = hold.point
-    return _line(t, HOLD_EVENT, context)
+    return _line(t, HOLD_EVENT, context, text)
 
 
 def cancel_entry(hold, timestamp):
@@ -234,12 +234,12 @@ _DESCRIPTION = ',"description":"'
 _STATUS = '","status":'
 
 
-def _line(timestamp, name, context):
+def _line(timestamp, name, context, stamp=None):
     """``json.dumps`` of the entry, compact, newline-terminated: written
     out directly when every value needs no escaping (a log line per hold
     and per release, in the job-manager's thread: the test of each value
     is inlined, as a call per value costs more than the writing), else by
-    json."""
+    json.  ``stamp``: ``repr(timestamp)`` if the caller has it already."""
     parts = []
     for key, value in context.items():
         if isinstance(value, str):
@@ -254,7 +254,7 @@ def _line(timestamp, name, context):
     if type(timestamp) is not float or not isfinite(timestamp):
         return _json_line(timestamp, name, context)
     return (
-        f'{{"timestamp":{timestamp!r},"name":"{name}",'
+        f'{{"timestamp":{stamp or repr(timestamp)},"name":"{name}",'
         f'"context":{{{",".join(parts)}}}}}\n'
     )
 
