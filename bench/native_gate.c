@@ -15,8 +15,9 @@
  * "prolog") gets prolog-start on the job's entry to RUN, so its start
  * waits for the release (prolog-finish).  Loaded with all=1,
  * every job is held (description "native") without a hold request.
- * Loaded with durable=1, each hold is also recorded in the job's eventlog
- * (event native-gate-hold): what such a per-job record costs.  Loaded
+ * Loaded with durable=1, each hold, prolog or epilog, is also recorded in
+ * the job's eventlog (event native-gate-hold): what such a per-job record
+ * costs.  Loaded
  * with synced=1, each hold is answered only once a line recording it is
  * appended to the KVS key native-gate.holds by a commit with
  * FLUX_KVS_SYNC, group-committed as epilog-gate does: at most one commit
@@ -183,6 +184,13 @@ static int prolog_hold (flux_plugin_t *p, const flux_msg_t *msg,
             free (h);
             return -1;
         }
+        /* durable=1: a prolog hold is recorded as an epilog hold is. */
+        if (gate_durable
+            && flux_jobtap_event_post_pack (p, id, "native-gate-hold",
+                                            "{s:s s:s}",
+                                            "description", description,
+                                            "point", "prolog") < 0)
+            return -1;
     }
     if (flux_respond_pack (fh, msg, "{s:I s:s s:s}",
                            "id", id,

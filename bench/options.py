@@ -6,10 +6,10 @@ import argparse
 #: "gate" for epilog-gate.so, "native" for bench/native_gate.c, None for
 #: none.  bare-again is bare once more, the A/A control: its ratio to
 #: bare shows how far two identical configurations land apart in a run,
-#: the resolution of every other ratio.  native-durable is not a target:
-#: it shows what recording each hold in its job's eventlog would cost
-#: (epilog-gate records pending holds in batches in a KVS key of its own
-#: instead).
+#: the resolution of every other ratio.  native-durable is the native
+#: gate that also records each hold in its job's eventlog: a durable
+#: record per hold, as epilog-gate keeps one (in batches, in a KVS key of
+#: its own); the held-job targets are ratios to it.
 CONFIGS = {
     "bare": (None, False, {}),
     "bare-again": (None, False, {}),
