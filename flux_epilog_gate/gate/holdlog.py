@@ -141,6 +141,12 @@ NOT_A_VALUE = (errno.EISDIR, errno.ENOTDIR, errno.EOPNOTSUPP, errno.ELOOP)
 #: job-manager takes to send the event batch with its ``epilog-finish``.
 RELEASE_GRACE = 2.0
 
+#: Seconds after a failed commit before the records it carried are sent
+#: again, if no new record sends them first: a KVS that keeps failing is
+#: not retried in a loop, and records are not left waiting for traffic
+#: that may never come.
+RETRY_DELAY = 1.0
+
 #: The KVS key a snapshot too large for one commit is written to, in
 #: parts, before it replaces :data:`KEY`.
 SIDE_KEY = KEY + "-next"
@@ -176,24 +182,30 @@ def hold_entry(hold):
     text = hold.t_text
     if text is None and type(t) is float and isfinite(t):
         text = hold.t_text = repr(t)
+    point = hold.point
     if (
         text is not None
         and hold.timeout is None
-        and hold.point == EPILOG
         and type(jobid) is int
         and type(description) is str
         and _VERBATIM[description]
     ):
-        # The common line, written out (what _line writes of it).
-        return (
-            f'{{"timestamp":{text}{_HOLD_CONTEXT}{jobid}'
-            f'{_DESCRIPTION}{description}"}}}}\n'
-        )
+        # The common lines, written out (what _line writes of them).
+        if point == EPILOG:
+            return (
+                f'{{"timestamp":{text}{_HOLD_CONTEXT}{jobid}'
+                f'{_DESCRIPTION}{description}"}}}}\n'
+            )
+        if type(point) is str and _VERBATIM[point]:
+            return (
+                f'{{"timestamp":{text}{_HOLD_CONTEXT}{jobid}'
+                f'{_DESCRIPTION}{description}{_POINT}{point}"}}}}\n'
+            )
     context = {"id": jobid, "description": description}
     if hold.timeout is not None:
         context["timeout"] = hold.timeout
-    if hold.point != EPILOG:
-        context["point"] = hold.point
+    if point != EPILOG:
+        context["point"] = point
     return _line(t, HOLD_EVENT, context, text)
 
 
@@ -232,6 +244,7 @@ _HOLD_CONTEXT = f',"name":"{HOLD_EVENT}","context":{{"id":'
 _RELEASE_CONTEXT = f',"name":"{RELEASE_EVENT}","context":{{"id":'
 _DESCRIPTION = ',"description":"'
 _STATUS = '","status":'
+_POINT = '","point":"'
 
 
 def _line(timestamp, name, context, stamp=None):
@@ -388,12 +401,19 @@ class HoldLog:
         #: Called as ``on_snapshot()`` each time a snapshot has replaced
         #: the log (the plugin's memory policy), or None.
         self.on_snapshot = None
+        # Armed after a failed commit left records queued (RETRY_DELAY).
+        self.retry = None
 
     # Records
 
     def hold(self, hold, callback=None):
         """``hold`` was registered."""
-        self._record(hold_entry(hold), callback)
+        # _record(), written out here and in release(): once per hold.
+        self.lines.append(hold_entry(hold))
+        if callback is not None:
+            self.waiters.append(callback)
+        if self.inflight is None:
+            self._kick()
 
     def cancel(self, hold, callback=None):
         """Pending ``hold`` was released."""
@@ -405,7 +425,11 @@ class HoldLog:
         line = release_entry(hold, status, now)
         self._forget_releases(now)
         self.recent.append((now, line))
-        self._record(line, callback)
+        self.lines.append(line)
+        if callback is not None:
+            self.waiters.append(callback)
+        if self.inflight is None:
+            self._kick()
 
     def waiting(self):
         """How many callbacks wait for a commit (queued or in flight)."""
@@ -426,7 +450,8 @@ class HoldLog:
         self.lines.append(line)
         if callback is not None:
             self.waiters.append(callback)
-        self._kick()
+        if self.inflight is None:
+            self._kick()
 
     # Commits
 
@@ -437,6 +462,25 @@ class HoldLog:
             return
         self.sent, self.lines = self.lines, []
         self.inflight, self.waiters = self.waiters, []
+        if (
+            self.snap is None
+            and not self.replace
+            and self.appends < MAX_APPENDS
+            and self.size < MAX_BYTES
+        ):
+            # A batch appended, no snapshot due: what _send() does then,
+            # written out, as this runs for every batch of records in the
+            # job-manager's thread (each Python call costs about a
+            # thousand instructions of it).
+            text = "".join(self.sent)
+            self.appends += 1
+            self.size += len(text)
+            self.commits += 1
+            try:
+                self.port.kvs_commit(KEY, text, True, self._committed, self.sync)
+            except OSError as exc:
+                self._committed(exc)
+            return
         self._send()
 
     def _send(self):
@@ -658,6 +702,19 @@ class HoldLog:
             self.recent.popleft()
 
     def _committed(self, error):
+        if error is None and not self.replace:
+            # A batch committed: what follows does then, written out (one
+            # call per batch, not four).
+            waiters, self.inflight = self.inflight, None
+            self.sent = []
+            if self.lines or self.snap:
+                self._kick()
+            for callback in waiters or ():
+                try:
+                    callback(None)
+                except Exception:  # noqa: BLE001 - as in _answer()
+                    self.port.log(syslog.LOG_ERR, f"{KEY}: answering a request failed")
+            return
         if error is not None and error.errno == errno.ENOSYS and self.sync:
             # No content backing store: nothing can be checkpointed.
             self.sync = False
@@ -675,8 +732,9 @@ class HoldLog:
         fresh = error is None or bool(self.lines)
         if error is not None:
             self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {error}")
-            # Written again with the next commit; not sent now, so that a
-            # KVS that keeps failing is not retried in a loop.
+            # Written again with the next commit, or after RETRY_DELAY;
+            # not sent now, so that a KVS that keeps failing is not
+            # retried in a loop.
             self.lines[:0] = self.sent
             error = OSError(
                 error.errno or errno.EIO, f"recording in {KEY} failed: {error.strerror}"
@@ -685,7 +743,13 @@ class HoldLog:
         # The next batch goes first: its sync overlaps these answers.
         if fresh:
             self._kick()
+        elif self.lines and self.retry is None:
+            self.retry = self.port.timer(RETRY_DELAY, self._retry)
         self._answer(waiters or (), error)
+
+    def _retry(self):
+        self.retry = None
+        self._kick()
 
     def _repairs(self, error):
         """If an append failed because the key is not a value, send a
@@ -719,6 +783,9 @@ class HoldLog:
         not known to be durable for the next plugin instance."""
         waiters = (self.inflight or []) + self.waiters
         self.unconfirmed = self.sent + self.lines
+        if self.retry is not None:
+            self.retry.stop()
+            self.retry = None
         # Whatever of it the KVS carries out, the log stays complete; the
         # next instance starts another.
         if self.snap is not None:

@@ -102,9 +102,12 @@ class GoneLog:
         self._entries = OrderedDict()
 
     def add(self, jobid, description, reason):
-        self._entries[(jobid, description)] = reason
-        self._entries.move_to_end((jobid, description))
-        self.trim()
+        entries = self._entries
+        entries[(jobid, description)] = reason
+        entries.move_to_end((jobid, description))
+        # Tested before the call: once per hold, and rarely over.
+        if len(entries) > self.limit:
+            self.trim()
 
     def get(self, jobid, description):
         return self._entries.get((jobid, description))

@@ -53,9 +53,13 @@ def is_prolog(hold):
     return hold.point == PROLOG
 
 
-def active_prologs(job):
-    """The job's prolog holds that are active."""
-    return [h for h in job.holds.values() if is_prolog(h) and h.state == ACTIVE]
+def has_active_prolog(job):
+    """True if one of the job's prolog holds is active."""
+    # A loop, not a generator: this runs at every prolog release.
+    for hold in job.holds.values():
+        if hold.point == PROLOG and hold.state == ACTIVE:
+            return True
+    return False
 
 
 class PrologPoint(HoldPoint):
@@ -124,7 +128,7 @@ class PrologPoint(HoldPoint):
                 self._hold_for_recovery(job)
             return
         for hold in list(job.holds.values()):
-            if is_prolog(hold) and hold.state == PENDING:
+            if hold.point == PROLOG and hold.state == PENDING:
                 try:
                     self.activate(job, hold)
                 except GateError as exc:
@@ -161,7 +165,7 @@ class PrologPoint(HoldPoint):
         # A failed prolog hold's job never starts (a fatal exception came
         # first): its start stays the gate's, so its epilog point is its
         # entry to CLEANUP, as for a job whose prolog is still open.
-        job.start_held = bool(active_prologs(job)) or (status != 0 and job.start_held)
+        job.start_held = has_active_prolog(job) or (status != 0 and job.start_held)
         try:
             self.port.prolog_finish(job.id, hold.description, status)
         except OSError as exc:
@@ -206,7 +210,7 @@ class PrologPoint(HoldPoint):
         """A job's holds are known again (after a restart or a reload) and
         it is in ``state``: carry its prolog holds on from there."""
         recovery = job.recovery
-        job.start_held = bool(active_prologs(job)) or bool(
+        job.start_held = has_active_prolog(job) or bool(
             recovery is not None and (recovery.prolog_at or recovery.prologs_open > 0)
         )
         for hold in list(job.holds.values()):
@@ -237,7 +241,7 @@ class PrologPoint(HoldPoint):
             recovery.prolog_at = None
             recovery.prologs_open = 0
             job.recovery_over()
-        job.start_held = bool(active_prologs(job))
+        job.start_held = has_active_prolog(job)
         for _ in range(count):
             try:
                 self.port.prolog_finish(job.id, RECOVERY_DESCRIPTION, 0)

@@ -42,6 +42,9 @@ class GatePort(Jobtap):
         self._respond_watch = lib.gate_respond_watch
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
+        self._want = lib.runtime_want
+        # Declared by every plugin of the gate (see GateDriver.on_run).
+        self._run_topic = self.topics.get(RUN_TOPIC)
 
     def epilog_start(self, jobid, description, timeout=None):
         """Post ``epilog-start``, marked as the gate's (packed in C)."""
@@ -69,23 +72,27 @@ class GatePort(Jobtap):
 
     def prolog_start(self, jobid, description, timeout=None):
         """Post ``prolog-start``, marked as the gate's (packed in C)."""
-        self.check(
-            self.lib.gate_post_start(
+        if (
+            self._post_start(
                 self.p,
                 jobid,
                 b"prolog-start",
                 description.encode(),
-                _timeout(timeout),
+                -1.0 if timeout is None else timeout,
             )
-        )
+            < 0
+        ):
+            raise self.oserror()
 
     def prolog_finish(self, jobid, description, status):
         """Post ``prolog-finish``, marked as the gate's (packed in C)."""
-        self.check(
-            self.lib.gate_post_finish(
+        if (
+            self._post_finish(
                 self.p, jobid, b"prolog-finish", description.encode(), status
             )
-        )
+            < 0
+        ):
+            raise self.oserror()
 
     def depend_start(self, jobid, description, timeout=None):
         """Post ``dependency-add``, marked as the gate's, with the hold's
@@ -144,7 +151,9 @@ class GatePort(Jobtap):
 
     def want_run(self, jobid):
         """Also send the tracked job's job.state.run to the gate."""
-        self.want(jobid, RUN_TOPIC)
+        # Jobtap.want(), written out: once per job with a prolog hold.
+        if self._want(self.p, jobid, self._run_topic) < 0:
+            raise self.oserror()
 
     # Answers
 

@@ -176,6 +176,35 @@ def test_suspend_answers_waiting_requests_and_resume_writes_them_again(port, gat
     assert sorted(logged(port)) == [1, 2]
 
 
+def test_records_left_by_a_failed_commit_are_sent_again_without_new_traffic(port, gate):
+    port.defer_commits = True
+    port.add_job(1, SCHED, USER)
+    gate.hold(1, "bb", done=lambda hold, error: None)
+    gate.suspend()
+    port.pending_commits.clear()
+    gate.attach(port)
+    # The record written again fails; its request was answered already.
+    port.complete_commit(errno.EIO)
+    assert port.pending_commits == []
+    port.advance(holdlog.RETRY_DELAY)
+    port.complete_commit()
+    assert sorted(logged(port)) == [1]
+
+
+def test_a_suspended_log_sends_nothing_again(port, gate):
+    port.defer_commits = True
+    port.add_job(1, SCHED, USER)
+    gate.hold(1, "bb", done=lambda hold, error: None)
+    gate.suspend()
+    port.pending_commits.clear()
+    gate.attach(port)
+    port.complete_commit(errno.EIO)
+    gate.suspend()
+    port.pending_commits.clear()
+    port.advance(holdlog.RETRY_DELAY)
+    assert port.pending_commits == []
+
+
 def test_nothing_but_records_are_written(port, gate):
     port.add_job(JOB, CLEANUP, USER)
     gate.hold(JOB, "bb")
