@@ -176,15 +176,21 @@ def test_suspend_answers_waiting_requests_and_resume_writes_them_again(port, gat
     assert sorted(logged(port)) == [1, 2]
 
 
-def test_records_left_by_a_failed_commit_are_sent_again_without_new_traffic(port, gate):
+def fail_a_record_written_again(port, gate):
+    """A hold whose record an unload left unconfirmed; the load after it
+    writes the record again, and that commit fails.  Its request was
+    answered at the unload: no new record follows."""
     port.defer_commits = True
     port.add_job(1, SCHED, USER)
     gate.hold(1, "bb", done=lambda hold, error: None)
     gate.suspend()
     port.pending_commits.clear()
     gate.attach(port)
-    # The record written again fails; its request was answered already.
     port.complete_commit(errno.EIO)
+
+
+def test_records_left_by_a_failed_commit_are_sent_again_without_new_traffic(port, gate):
+    fail_a_record_written_again(port, gate)
     assert port.pending_commits == []
     port.advance(holdlog.RETRY_DELAY)
     port.complete_commit()
@@ -192,13 +198,7 @@ def test_records_left_by_a_failed_commit_are_sent_again_without_new_traffic(port
 
 
 def test_a_suspended_log_sends_nothing_again(port, gate):
-    port.defer_commits = True
-    port.add_job(1, SCHED, USER)
-    gate.hold(1, "bb", done=lambda hold, error: None)
-    gate.suspend()
-    port.pending_commits.clear()
-    gate.attach(port)
-    port.complete_commit(errno.EIO)
+    fail_a_record_written_again(port, gate)
     gate.suspend()
     port.pending_commits.clear()
     port.advance(holdlog.RETRY_DELAY)
