@@ -153,3 +153,27 @@ def test_malloc_info_in_use_is_what_the_arenas_got_less_their_free_chunks():
     )
     assert observer.pymalloc_in_use(stats) == 1234567
     assert observer.pymalloc_in_use("") == 0
+
+
+def test_python_profile_sorts_each_function_by_its_source_file():
+    import python_profile
+
+    lines = [
+        "1,000 ( 1.0%)  /b/Python-3.11.7/Python/ceval.c:_PyEval_EvalFrameDefault "
+        "[/lib/libpython3.11.so.1.0]",
+        "300 ( 0.3%)  /b/Python-3.11.7/Python/dtoa.c:_Py_dg_dtoa "
+        "[/lib/libpython3.11.so.1.0]",
+        "200 ( 0.2%)  ???:b_gcp [/v/_cffi_backend.cpython-311-x86_64-linux-gnu.so]",
+        "50 ( 0.1%)  /b/Python-3.11.7/Objects/sliceobject.c:PySlice_New "
+        "[/lib/libpython3.11.so.1.0]",
+    ]
+    kinds = [
+        python_profile.kind_of(python_profile.LINE.match(line).group(2), line)
+        for line in lines
+    ]
+    assert kinds == [
+        "the interpreter loop",
+        "a float's repr (dtoa)",
+        "cffi",
+        "other (sliceobject.c)",
+    ]
