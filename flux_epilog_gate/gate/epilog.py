@@ -60,29 +60,20 @@ class EpilogPoint(HoldPoint):
     def place(self, job, hold, state):
         """A new epilog hold: active at once past the point, else pending."""
         recovery = job.recovery
-        # (A new hold's job is rarely in CLEANUP: tested before the call.)
         if (recovery is None or not recovery.active) and (
-            job.at_point or (state == CLEANUP and self.past_point(job, state))
+            job.at_point or self.past_point(job, state)
         ):
             self.activate(job, hold)
             job.at_point = True
 
     def activate(self, job, hold):
-        # _post_start(), written out: once per held job.
-        try:
-            self.port.epilog_start(hold.id, hold.description, hold.timeout)
-        except OSError as exc:
-            raise _start_error(exc, hold.id) from None
+        self._post_start(hold.id, hold.description, hold.timeout)
         self.lifecycle.activated(hold)
 
     def finish(self, job, hold, status, reason, note=None, raised=False):
         if status != 0 and not raised:
             self._raise(job.id, hold, status, reason, note)
-        # _post_finish(), written out: once per held job.
-        try:
-            self.port.epilog_finish(job.id, hold.description, status)
-        except OSError as exc:
-            self._finish_failed(job.id, hold.description, exc)
+        self._post_finish(job.id, hold.description, status)
 
     # Job-manager callbacks
 
@@ -192,18 +183,17 @@ class EpilogPoint(HoldPoint):
         try:
             self.port.epilog_start(jobid, description, timeout)
         except OSError as exc:
-            raise _start_error(exc, jobid) from None
+            raise GateError.from_oserror(
+                exc, f"posting epilog-start to job {f58(jobid)}"
+            ) from None
 
     def _post_finish(self, jobid, description, status):
         try:
             self.port.epilog_finish(jobid, description, status)
         except OSError as exc:
-            self._finish_failed(jobid, description, exc)
-
-    def _finish_failed(self, jobid, description, exc):
-        self.port.log(
-            syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
-        )
+            self.port.log(
+                syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
+            )
 
     def _raise(self, jobid, hold, status, reason, note=None):
         if note is None:
@@ -212,7 +202,3 @@ class EpilogPoint(HoldPoint):
             self.port.raise_exception(jobid, note)
         except OSError as exc:
             self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: raising exception: {exc}")
-
-
-def _start_error(exc, jobid):
-    return GateError.from_oserror(exc, f"posting epilog-start to job {f58(jobid)}")

@@ -408,12 +408,7 @@ class HoldLog:
 
     def hold(self, hold, callback=None):
         """``hold`` was registered."""
-        # _record(), written out here and in release(): once per hold.
-        self.lines.append(hold_entry(hold))
-        if callback is not None:
-            self.waiters.append(callback)
-        if self.inflight is None:
-            self._kick()
+        self._record(hold_entry(hold), callback)
 
     def cancel(self, hold, callback=None):
         """Pending ``hold`` was released."""
@@ -425,11 +420,7 @@ class HoldLog:
         line = release_entry(hold, status, now)
         self._forget_releases(now)
         self.recent.append((now, line))
-        self.lines.append(line)
-        if callback is not None:
-            self.waiters.append(callback)
-        if self.inflight is None:
-            self._kick()
+        self._record(line, callback)
 
     def waiting(self):
         """How many callbacks wait for a commit (queued or in flight)."""
@@ -468,18 +459,9 @@ class HoldLog:
             and self.appends < MAX_APPENDS
             and self.size < MAX_BYTES
         ):
-            # A batch appended, no snapshot due: what _send() does then,
-            # written out, as this runs for every batch of records in the
-            # job-manager's thread (each Python call costs about a
-            # thousand instructions of it).
-            text = "".join(self.sent)
-            self.appends += 1
-            self.size += len(text)
-            self.commits += 1
-            try:
-                self.port.kvs_commit(KEY, text, True, self._committed, self.sync)
-            except OSError as exc:
-                self._committed(exc)
+            # No snapshot can be due (what _due() decides, the common
+            # case tested first): every batch of records comes here.
+            self._send_batch()
             return
         self._send()
 
@@ -703,17 +685,12 @@ class HoldLog:
 
     def _committed(self, error):
         if error is None and not self.replace:
-            # A batch committed: what follows does then, written out (one
-            # call per batch, not four).
+            # A batch committed (every batch): nothing to repair or log.
             waiters, self.inflight = self.inflight, None
             self.sent = []
             if self.lines or self.snap:
                 self._kick()
-            for callback in waiters or ():
-                try:
-                    callback(None)
-                except Exception:  # noqa: BLE001 - as in _answer()
-                    self.port.log(syslog.LOG_ERR, f"{KEY}: answering a request failed")
+            self._answer(waiters or (), None)
             return
         if error is not None and error.errno == errno.ENOSYS and self.sync:
             # No content backing store: nothing can be checkpointed.

@@ -102,12 +102,9 @@ class GoneLog:
         self._entries = OrderedDict()
 
     def add(self, jobid, description, reason):
-        entries = self._entries
-        entries[(jobid, description)] = reason
-        entries.move_to_end((jobid, description))
-        # Tested before the call: once per hold, and rarely over.
-        if len(entries) > self.limit:
-            self.trim()
+        self._entries[(jobid, description)] = reason
+        self._entries.move_to_end((jobid, description))
+        self.trim()
 
     def get(self, jobid, description):
         return self._entries.get((jobid, description))

@@ -115,11 +115,7 @@ class Requests:
         the job's ``(state, userid)``."""
         if self.shutdown is not None:
             self.shutdown.check_hold(jobid, description)
-        # _job_info(), written out: once per hold.
-        try:
-            state, userid = self.port.job_info(jobid)
-        except OSError as exc:
-            raise _lookup_error(exc, jobid) from None
+        state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
         self.points[point].check(job, jobid, state)
@@ -215,7 +211,9 @@ class Requests:
         try:
             return self.port.job_info(jobid)
         except OSError as exc:
-            raise _lookup_error(exc, jobid) from None
+            if exc.errno == errno.ENOENT:
+                raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}") from None
+            raise GateError.from_oserror(exc, f"looking up job {f58(jobid)}") from None
 
     def _why_gone(self, jobid, description, job):
         reason = self.jobs.gone.get(jobid, description)
@@ -254,10 +252,3 @@ def _by_description(job):
     """A job's holds by description."""
     holds = job.holds
     return [holds[description] for description in sorted(holds)]
-
-
-def _lookup_error(exc, jobid):
-    """The GateError of a failed lookup of ``jobid``."""
-    if exc.errno == errno.ENOENT:
-        return GateError(errno.ENOENT, f"unknown job {f58(jobid)}")
-    return GateError.from_oserror(exc, f"looking up job {f58(jobid)}")

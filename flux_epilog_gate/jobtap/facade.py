@@ -290,12 +290,7 @@ class Jobtap:
         cookie = self._next_commit
         if (
             self.lib.runtime_kvs_commit(
-                self.p,
-                self._names.get(key) or self.name(key),
-                text.encode(),
-                append,
-                sync,
-                cookie,
+                self.p, self.name(key), text.encode(), append, sync, cookie
             )
             < 0
         ):

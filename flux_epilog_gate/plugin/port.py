@@ -42,9 +42,6 @@ class GatePort(Jobtap):
         self._respond_watch = lib.gate_respond_watch
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
-        self._want = lib.runtime_want
-        # Declared by every plugin of the gate (see GateDriver.on_run).
-        self._run_topic = self.topics.get(RUN_TOPIC)
 
     def epilog_start(self, jobid, description, timeout=None):
         """Post ``epilog-start``, marked as the gate's (packed in C)."""
@@ -151,9 +148,7 @@ class GatePort(Jobtap):
 
     def want_run(self, jobid):
         """Also send the tracked job's job.state.run to the gate."""
-        # Jobtap.want(), written out: once per job with a prolog hold.
-        if self._want(self.p, jobid, self._run_topic) < 0:
-            raise self.oserror()
+        self.want(jobid, RUN_TOPIC)
 
     # Answers
 
