@@ -45,6 +45,7 @@ import os
 from collections import defaultdict
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.gate.holds import stamp
 
 #: ``fail()`` key that makes ``raise_exception`` fail.
 EXCEPTION = "exception"
@@ -271,6 +272,9 @@ class FakePort:
 
     def now(self):
         return self.clock
+
+    def stamp(self):
+        return stamp(self.clock)
 
     def job_info(self, jobid):
         job = self.jobs.get(jobid)

@@ -136,3 +136,43 @@ def test_a_hold_keeps_its_times_text_and_writes_the_same_line_again(
     else:
         assert hold.t_text is None
     assert holdlog.hold_entry(hold) == first
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    now=st.one_of(
+        st.floats(min_value=-1e15, max_value=1e15),
+        st.floats(min_value=1e9, max_value=2.0**32),
+        st.integers(min_value=0, max_value=2**32 * 10**6).map(lambda us: us / 1e6),
+    )
+)
+def test_a_stamp_is_the_time_to_the_microsecond_and_the_text_json_writes(now):
+    t, text = holds.stamp(now)
+    assert t == round(now * 1e6) / 1e6
+    assert abs(t - now) <= 0.5e-6 + abs(now) * 2**-52
+    assert text == json.dumps(t)
+    assert holds.stamp(t) == (t, text)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    jobid=st.integers(min_value=0, max_value=2**64 - 1),
+    description=st.one_of(
+        st.text(max_size=20), st.from_regex(r"[A-Za-z0-9._-]{1,20}", fullmatch=True)
+    ),
+    point=st.sampled_from(list(holds.POINTS)),
+    now=st.floats(min_value=0, max_value=2.0**33),
+    status=st.integers(min_value=-(2**31), max_value=2**31),
+)
+def test_stamped_hold_and_release_lines_are_what_json_writes(
+    jobid, description, point, now, status
+):
+    t_hold, t_text = holds.stamp(now)
+    hold = holds.Hold(jobid, description, 1000, t_hold, None, point, t_text)
+    assert holdlog.hold_entry(hold) == json_line(
+        t_hold, holds.HOLD_EVENT, hold_context(hold)
+    )
+    context = {"id": jobid, "description": description, "status": status}
+    assert holdlog.release_entry(hold, status, t_hold, t_text) == json_line(
+        t_hold, holds.RELEASE_EVENT, context
+    )

@@ -6,6 +6,8 @@ through a *port*, an object with these methods (the real one is
 
 ``now()``
     current time, seconds since the epoch
+``stamp()``
+    ``holds.stamp(now())``: the time of a hold-log line and its text
 ``job_info(id)``
     ``(state, userid)`` of a job; raises OSError(ENOENT) for unknown jobs
 ``posted(id, name)``

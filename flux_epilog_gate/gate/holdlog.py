@@ -115,7 +115,13 @@ import syslog
 from collections import deque
 from math import isfinite
 
-from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .holds import (
+    _VERBATIM,
+    CANCEL_EVENT,
+    EPILOG,
+    HOLD_EVENT,
+    RELEASE_EVENT,
+)
 from .logparse import ENTRY_NAMES, parse  # noqa: F401 - the log's reader
 
 #: The KVS key of the log.
@@ -216,8 +222,9 @@ def cancel_entry(hold, timestamp):
     )
 
 
-def release_entry(hold, status, timestamp):
-    """The log line that records the release of active ``hold``."""
+def release_entry(hold, status, timestamp, text=None):
+    """The log line that records the release of active ``hold``;
+    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
     jobid, description = hold.id, hold.description
     if (
         type(jobid) is int
@@ -229,13 +236,14 @@ def release_entry(hold, status, timestamp):
     ):
         # One per release: written out (what _line writes of it).
         return (
-            f'{{"timestamp":{timestamp!r}{_RELEASE_CONTEXT}{jobid}'
+            f'{{"timestamp":{text or repr(timestamp)}{_RELEASE_CONTEXT}{jobid}'
             f"{_DESCRIPTION}{description}{_STATUS}{status}}}}}\n"
         )
     return _line(
         timestamp,
         RELEASE_EVENT,
         {"id": jobid, "description": description, "status": status},
+        text,
     )
 
 
@@ -416,8 +424,8 @@ class HoldLog:
 
     def release(self, hold, status, callback=None):
         """Active ``hold`` was released with ``status``."""
-        now = self.port.now()
-        line = release_entry(hold, status, now)
+        now, text = self.port.stamp()
+        line = release_entry(hold, status, now, text)
         self._forget_releases(now)
         self.recent.append((now, line))
         self._record(line, callback)

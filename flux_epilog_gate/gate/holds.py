@@ -123,6 +123,28 @@ def description_error(description):
     return None
 
 
+#: Microseconds for which :func:`stamp` writes its text as six decimals:
+#: below 2**32 s a double's spacing is under half a microsecond, so the
+#: double nearest a whole microsecond has that decimal (trailing zeros
+#: stripped) as its shortest ``repr``; from 1e-4 s ``repr`` uses no
+#: exponent.
+_STAMP_FIXED = (100, 2**32 * 1_000_000)
+
+
+def stamp(now):
+    """``(t, text)``: time ``now`` rounded to the microsecond, as eventlogs
+    keep it, and ``repr(t)``, the text json writes of it: the time of a
+    hold or release line (``port.stamp()``).  The real port writes it in
+    C (plugin/stamp.c, the same rule), where a float's ``repr`` was the
+    costliest step of a hold's Python."""
+    us = round(now * 1e6)
+    t = us / 1e6
+    if not _STAMP_FIXED[0] <= us < _STAMP_FIXED[1]:
+        return t, repr(t)
+    text = ("%d.%06d" % divmod(us, 1_000_000)).rstrip("0")
+    return t, text + "0" if text[-1] == "." else text
+
+
 class Hold:
     """One hold on one job."""
 
@@ -141,7 +163,16 @@ class Hold:
         "record_error",
     )
 
-    def __init__(self, jobid, description, userid, t_hold, timeout=None, point=EPILOG):
+    def __init__(
+        self,
+        jobid,
+        description,
+        userid,
+        t_hold,
+        timeout=None,
+        point=EPILOG,
+        t_text=None,
+    ):
         self.id = jobid
         self.description = description
         self.state = PENDING
@@ -152,7 +183,7 @@ class Hold:
         self.timer = None
         # t_hold as json writes it, once the hold's log line is made (see
         # holdlog.hold_entry): snapshots and list answers write it again.
-        self.t_text = None
+        self.t_text = t_text
         self.point = point
         # An active prolog hold whose job will never start (it entered
         # CLEANUP): its service should abort the setup and release it.

@@ -78,7 +78,8 @@ class Requests:
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None and default_timeout:
             timeout = self.config.timeout
-        hold = Hold(jobid, description, userid, self.port.now(), timeout, point)
+        t_hold, t_text = self.port.stamp()
+        hold = Hold(jobid, description, userid, t_hold, timeout, point, t_text)
         tracked = job is not None
         job = job or self.jobs.track(jobid, userid)
         try:

@@ -1,10 +1,10 @@
 """Build epilog-gate.so: the runtime (jobtap/) with the gate as its plugin.
 
-The gate's C (fastpath.c, beside this file) is the runtime's extension:
-its cdef below is the one statement of the signatures C and Python
-share, and the constants C needs are taken from the Python modules that
-own them (gate/holdlog.py's MARKER, gate/holds.py's description
-grammar), so nothing is copied by hand.  setup.py calls
+The gate's C (stamp.c and fastpath.c, beside this file) is the runtime's
+extension: its cdef below is the one statement of the signatures C and
+Python share, and the constants C needs are taken from the Python
+modules that own them (gate/holdlog.py's MARKER, gate/holds.py's
+description grammar and stamp range), so nothing is copied by hand.  setup.py calls
 :func:`compile_gate` while building the package; it runs before the
 package's dependencies are installed, so this module imports nothing of
 flux and loads holds.py and holdlog.py on their own.
@@ -27,6 +27,12 @@ TARGET = "flux_epilog_gate.plugin:EpilogGatePlugin"
 
 #: The user annotation (``user.epilog_gate``) naming a job's active holds.
 ANNOTATION = "epilog_gate"
+
+#: stamp.c: what Python calls there (also compiled alone by the tests).
+STAMP_CDEF = """
+double gate_stamp_us (long long us, char *text);
+double gate_stamp (char *text);
+"""
 
 CDEF = """
 extern "Python" void gate_py_hold (void *self, const flux_msg_t *msg,
@@ -51,7 +57,7 @@ int gate_respond_release (flux_t *h, const flux_msg_t *msg, int released,
 int gate_respond_watch (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
                         const char *description, uint32_t userid, int ran,
                         const char *point, int aborted);
-"""
+""" + STAMP_CDEF
 
 
 def _gate_module(name):
@@ -78,13 +84,28 @@ def shared_constants():
         "GATE_DESCRIPTION_MAX": holds.DESCRIPTION_MAX,
         "GATE_DESCRIPTION_CHARS": allowed,
         "GATE_POINTS": "|" + "|".join(holds.POINTS) + "|",
+        **stamp_constants(holds),
     }
+
+
+def stamp_constants(holds):
+    """The constants stamp.c shares with holds.stamp."""
+    return {
+        "GATE_STAMP_MIN": holds._STAMP_FIXED[0],
+        "GATE_STAMP_MAX": holds._STAMP_FIXED[1],
+    }
+
+
+def stamp_source():
+    """stamp.c's text."""
+    with open(os.path.join(HERE, "stamp.c")) as f:
+        return f.read()
 
 
 def extension():
     with open(os.path.join(HERE, "fastpath.c")) as f:
         source = f.read()
-    return runtime_build.Extension(source, CDEF, shared_constants())
+    return runtime_build.Extension(stamp_source() + source, CDEF, shared_constants())
 
 
 def compile_gate(outdir, bindings=None, verbose=False):

@@ -42,6 +42,16 @@ class GatePort(Jobtap):
         self._respond_watch = lib.gate_respond_watch
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
+        self._stamp = lib.gate_stamp
+        self._stamp_text = ffi.new("char[32]")
+        self._string = ffi.string
+
+    def stamp(self):
+        """Now to the microsecond and its text (see holds.stamp), from C:
+        one call where Python's own takes a dozen operations."""
+        text = self._stamp_text
+        t = self._stamp(text)
+        return t, self._string(text).decode() or repr(t)
 
     def epilog_start(self, jobid, description, timeout=None):
         """Post ``epilog-start``, marked as the gate's (packed in C)."""

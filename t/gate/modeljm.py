@@ -43,6 +43,7 @@ from flux_epilog_gate.gate import (
     SCHED,
 )
 from flux_epilog_gate.gate.holdlog import MARKER
+from flux_epilog_gate.gate.holds import stamp
 
 _ffi = cffi.FFI()
 
@@ -423,6 +424,9 @@ class JobtapPort:
 
     def now(self):
         return self.jm.now()
+
+    def stamp(self):
+        return stamp(self.jm.now())
 
     def job_info(self, jobid):
         job = self.jm.jobs.get(jobid)
