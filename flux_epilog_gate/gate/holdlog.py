@@ -215,10 +215,14 @@ def hold_entry(hold):
     return _line(t, HOLD_EVENT, context, text)
 
 
-def cancel_entry(hold, timestamp):
-    """The log line that records the cancellation of pending ``hold``."""
+def cancel_entry(hold, timestamp, text=None):
+    """The log line that records the cancellation of pending ``hold``;
+    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
     return _line(
-        timestamp, CANCEL_EVENT, {"id": hold.id, "description": hold.description}
+        timestamp,
+        CANCEL_EVENT,
+        {"id": hold.id, "description": hold.description},
+        text,
     )
 
 
@@ -420,7 +424,7 @@ class HoldLog:
 
     def cancel(self, hold, callback=None):
         """Pending ``hold`` was released."""
-        self._record(cancel_entry(hold, self.port.now()), callback)
+        self._record(cancel_entry(hold, *self.port.stamp()), callback)
 
     def release(self, hold, status, callback=None):
         """Active ``hold`` was released with ``status``."""

@@ -132,9 +132,12 @@ _STAMP_FIXED = (100, 2**32 * 1_000_000)
 
 
 def stamp(now):
-    """``(t, text)``: time ``now`` rounded to the microsecond, as eventlogs
-    keep it, and ``repr(t)``, the text json writes of it: the time of a
-    hold or release line (``port.stamp()``).  The real port writes it in
+    """``(t, text)``: time ``now`` rounded to the microsecond, as
+    eventlogs keep it, and ``repr(t)``, the text json writes of it: the
+    time of every hold-log line (``port.stamp()``).  Every line takes its
+    time from here, rounded alike, so that the lines of a log replay in
+    the order they were written (a line stamped with a raw time just
+    after a rounded one could sort before it).  The real port writes it in
     C (plugin/stamp.c, the same rule), where a float's ``repr`` was the
     costliest step of a hold's Python."""
     us = round(now * 1e6)

@@ -44,7 +44,7 @@ double gate_stamp_us (long long us, char *text)
     return (double)us / 1e6;
 }
 
-/* Now, to the microsecond (see gate_stamp_us). */
+/* Now, rounded to the microsecond (see gate_stamp_us). */
 double gate_stamp (char *text)
 {
     struct timespec ts;

@@ -446,3 +446,16 @@ def test_other_append_errors_are_answered_without_a_snapshot(port, gate, errnum)
     port.pending_commits.pop()[3](OSError(errnum, "failed"))
     assert [a.errno for a in answers] == [errnum]
     assert port.pending_commits == []
+
+
+@pytest.mark.parametrize("fraction", [0.0000004, 0.0000006, 0.0000005, 0.999_9996])
+def test_a_hold_cancelled_within_its_microsecond_replays_as_gone(port, gate, fraction):
+    # Every line's time is rounded alike: a cancellation stamped with the
+    # raw clock could sort before the rounded time of its hold.
+    from .test_unit_snapshot import replayed
+
+    port.clock = 1_700_000_000 + fraction
+    hold_pending(port, gate, JOB)
+    gate.release(JOB, "bb")
+    port.answer_all()
+    assert replayed(port.kvs[KEY]) == set()
