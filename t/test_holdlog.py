@@ -4,6 +4,7 @@ in flight share one synced write, and holds that become active at once
 are recorded too."""
 
 import errno
+import re
 import time
 
 import flux.job
@@ -11,6 +12,7 @@ import pytest
 from jobs import (
     dmesg,
     eventlog,
+    get_raw,
     named,
     query,
     recorded,
@@ -164,3 +166,30 @@ def test_without_a_backing_store_holds_are_recorded_without_sync(inst):
     assert all(jobid in recorded(inst) for jobid in jobids)
     for jobid in jobids:
         assert gate.release(jobid, "bb") == {"released": True}
+
+
+def test_every_line_carries_its_time_to_the_microsecond_as_json_writes_it(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobids = [submit(handle, urgency=0) for _ in range(6)]
+    for jobid in jobids:
+        gate.hold(jobid, "bb")
+    # A cancel line (a pending hold released) and a release line.
+    gate.release(jobids[0], "bb")
+    flux.job.cancel(handle, jobids[1])
+    wait_event(handle, jobids[1], "epilog-start")
+    gate.release(jobids[1], "bb")
+    stamps = re.findall(r'"timestamp":([^,]+),', get_raw(inst).decode())
+    assert len(stamps) == 8, stamps
+    for text in stamps:
+        t = float(text)
+        assert text == repr(t)
+        assert round(t * 1e6) / 1e6 == t, text
+    listed = {hold["id"]: hold["t_hold"] for hold in gate.list()}
+    for jobid in jobids[2:]:
+        assert round(listed[jobid] * 1e6) / 1e6 == listed[jobid]
+        assert recorded(inst)[jobid][0][0] == listed[jobid]
+    for jobid in jobids[2:]:
+        flux.job.cancel(handle, jobid)
+        gate.release(jobid, "bb")
+        wait_inactive(handle, jobid)
