@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from flux_epilog_gate.gate import holds
 from flux_epilog_gate.plugin import cbuild
 
-FIXED = holds._STAMP_FIXED
+FIXED = holds.STAMP_FIXED
 
 
 @pytest.fixture(scope="module")

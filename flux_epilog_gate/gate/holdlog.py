@@ -115,13 +115,7 @@ import syslog
 from collections import deque
 from math import isfinite
 
-from .holds import (
-    _VERBATIM,
-    CANCEL_EVENT,
-    EPILOG,
-    HOLD_EVENT,
-    RELEASE_EVENT,
-)
+from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
 from .logparse import ENTRY_NAMES, parse  # noqa: F401 - the log's reader
 
 #: The KVS key of the log.

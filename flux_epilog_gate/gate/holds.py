@@ -128,7 +128,7 @@ def description_error(description):
 #: double nearest a whole microsecond has that decimal (trailing zeros
 #: stripped) as its shortest ``repr``; from 1e-4 s ``repr`` uses no
 #: exponent.
-_STAMP_FIXED = (100, 2**32 * 1_000_000)
+STAMP_FIXED = (100, 2**32 * 1_000_000)
 
 
 def stamp(now):
@@ -142,7 +142,7 @@ def stamp(now):
     costliest step of a hold's Python."""
     us = round(now * 1e6)
     t = us / 1e6
-    if not _STAMP_FIXED[0] <= us < _STAMP_FIXED[1]:
+    if not STAMP_FIXED[0] <= us < STAMP_FIXED[1]:
         return t, repr(t)
     text = ("%d.%06d" % divmod(us, 1_000_000)).rstrip("0")
     return t, text + "0" if text[-1] == "." else text

@@ -4,10 +4,10 @@ The gate's C (stamp.c and fastpath.c, beside this file) is the runtime's
 extension: its cdef below is the one statement of the signatures C and
 Python share, and the constants C needs are taken from the Python
 modules that own them (gate/holdlog.py's MARKER, gate/holds.py's
-description grammar and stamp range), so nothing is copied by hand.  setup.py calls
-:func:`compile_gate` while building the package; it runs before the
-package's dependencies are installed, so this module imports nothing of
-flux and loads holds.py and holdlog.py on their own.
+description grammar and stamp range), so nothing is copied by hand.
+setup.py calls :func:`compile_gate` while building the package; it runs
+before the package's dependencies are installed, so this module imports
+nothing of flux and loads holds.py and holdlog.py on their own.
 """
 
 import importlib
@@ -91,8 +91,8 @@ def shared_constants():
 def stamp_constants(holds):
     """The constants stamp.c shares with holds.stamp."""
     return {
-        "GATE_STAMP_MIN": holds._STAMP_FIXED[0],
-        "GATE_STAMP_MAX": holds._STAMP_FIXED[1],
+        "GATE_STAMP_MIN": holds.STAMP_FIXED[0],
+        "GATE_STAMP_MAX": holds.STAMP_FIXED[1],
     }
 
 

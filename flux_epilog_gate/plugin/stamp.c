@@ -1,7 +1,7 @@
 /* The time of a hold-log line, in C (see gate/holds.py: stamp).
  *
- * Each hold and each release writes one.  Python's repr of an arbitrary
- * float is its most costly single step in the job-manager's thread; the
+ * Every line of the hold log has one.  Python's repr of an arbitrary
+ * float was its costliest single step in the job-manager's thread; the
  * gate keeps times to the microsecond, whose text is six decimals with
  * trailing zeros stripped.  Compiled into epilog-gate.so in front of
  * fastpath.c, and on its own by the tests, with GATE_STAMP_MIN and
