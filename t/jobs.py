@@ -131,6 +131,15 @@ def recorded(instance):
     return parse(hold_log(instance))[0]
 
 
+def held_waiting(handle, gate, count, description="bb"):
+    """``count`` jobs held in SCHED (urgency 0), each with a pending hold
+    ``description``; their ids."""
+    jobids = [submit(handle, urgency=0) for _ in range(count)]
+    for jobid in jobids:
+        gate.hold(jobid, description)
+    return jobids
+
+
 def release_all(gate):
     """Release every hold the gate lists (so a failed test leaves no job
     that would keep the instance from shutting down)."""

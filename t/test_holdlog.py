@@ -13,6 +13,7 @@ from jobs import (
     dmesg,
     eventlog,
     get_raw,
+    held_waiting,
     named,
     query,
     recorded,
@@ -171,9 +172,7 @@ def test_without_a_backing_store_holds_are_recorded_without_sync(inst):
 def test_every_line_carries_its_time_to_the_microsecond_as_json_writes_it(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    jobids = [submit(handle, urgency=0) for _ in range(6)]
-    for jobid in jobids:
-        gate.hold(jobid, "bb")
+    jobids = held_waiting(handle, gate, 6)
     # A cancel line (a pending hold released) and a release line.
     gate.release(jobids[0], "bb")
     flux.job.cancel(handle, jobids[1])

@@ -18,7 +18,7 @@ import time
 
 import flux.job
 import pytest
-from jobs import submit, wait_event
+from jobs import held_waiting, submit, wait_event
 
 from flux_epilog_gate import EpilogGate, NoAnswerError
 from flux_epilog_gate.testing import Instance
@@ -80,9 +80,7 @@ def lost(plugin):
 def lose_broker(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    held = [submit(handle, urgency=0) for _ in range(4)]
-    for jobid in held:
-        gate.hold(jobid, "bb")
+    held = held_waiting(handle, gate, 4)
     active = active_hold(handle, gate, "watched")
     found = {}
 
