@@ -62,7 +62,9 @@ class Requests:
         the record cannot be committed, a hold this call created is
         withdrawn before ``done`` is told the error.  A ``timeout`` of
         None is the configured one, or with ``default_timeout`` False
-        none (an in-process caller with timeouts of its own).
+        none (an in-process caller with timeouts of its own).  A refusal
+        (GateError) comes before anything takes ``done``, which is then
+        never called: the plugin gives back the request it holds.
         """
         if done is not None and self.holdlog.waiting() >= self.config.max_pending:
             self._refuse_busy("hold")
@@ -153,7 +155,8 @@ class Requests:
         error)`` is called once its record (if it needs one) and every
         record before it are durable.  ``raised``: the caller raised the
         job's fatal exception itself, so a non-zero status raises none
-        (an in-process caller with exceptions of its own).
+        (an in-process caller with exceptions of its own).  As with
+        :meth:`hold`, a refusal never calls ``done``.
         """
         if done is not None and self.holdlog.waiting() >= self.config.max_pending:
             self._refuse_busy("release")

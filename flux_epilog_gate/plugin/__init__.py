@@ -318,23 +318,23 @@ class GateDriver(Plugin):
             attributes = job.input.get("jobspec", {}).get("attributes", {})
             self.gate.apply_rules(job.id, attributes)
 
-    @job_topic("job.state.cleanup")
-    def on_cleanup(self, job):
+    @job_topic("job.state.cleanup", id_only=True)
+    def on_cleanup(self, jobid):
         if not self.driving:
             return
         gate = self.gate
         # Tested before the call: this is every held job's activation.
         if gate.config.fault is not None:
             self.fault("job")
-        gate.on_cleanup(job.id)
+        gate.on_cleanup(jobid)
 
-    @job_topic("job.state.inactive")
-    def on_inactive(self, job):
+    @job_topic("job.state.inactive", id_only=True)
+    def on_inactive(self, jobid):
         if not self.driving:
             return
         self.fault("job")
-        self.gate.on_inactive(job.id)
-        self.gate.tell("inactive", job.id)
+        self.gate.on_inactive(jobid)
+        self.gate.tell("inactive", jobid)
 
     #: Sent only while the gate has listeners (see _follow_listeners).
     @job_topic("job.event.exception", switched=True)
@@ -362,12 +362,12 @@ class GateDriver(Plugin):
 
     #: Entry to RUN matters only to jobs with prolog holds (port.want_run):
     #: their prolog-start must be posted from this very callback.
-    @job_topic("job.state.run", wanted=True)
-    def on_run(self, job):
+    @job_topic("job.state.run", wanted=True, id_only=True)
+    def on_run(self, jobid):
         if not self.driving:
             return
         self.fault("job")
-        self.gate.on_run(job.id)
+        self.gate.on_run(jobid)
 
     def _on_new(self, jobid, state, userid):
         self.load.on_new(jobid, state, userid)
@@ -583,13 +583,17 @@ class EpilogGatePlugin(GateDriver):
             gate = self.gate
             if gate.config.fault is not None:
                 self.fault("request")
-            gate.requests.hold(
-                jobid,
-                description,
-                timeout,
-                point,
-                partial(self._answer_hold, self.jobtap.keep_request(msg)),
-            )
+            jobtap = self.jobtap
+            kept = jobtap.own_request(msg)
+            try:
+                gate.requests.hold(
+                    jobid, description, timeout, point, partial(self._answer_hold, kept)
+                )
+            except GateError:
+                # Refused before anything took the answer (see
+                # Requests.hold): the reference is still ours.
+                jobtap.drop_request(kept)
+                raise
         except GateError as exc:
             self.jobtap.respond_error(msg, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
@@ -608,12 +612,15 @@ class EpilogGatePlugin(GateDriver):
             gate = self.gate
             if gate.config.fault is not None:
                 self.fault("request")
-            gate.requests.release(
-                jobid,
-                description,
-                status,
-                partial(self._answer_release, self.jobtap.keep_request(msg)),
-            )
+            jobtap = self.jobtap
+            kept = jobtap.own_request(msg)
+            try:
+                gate.requests.release(
+                    jobid, description, status, partial(self._answer_release, kept)
+                )
+            except GateError:
+                jobtap.drop_request(kept)
+                raise
         except GateError as exc:
             self.jobtap.respond_error(msg, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
@@ -640,56 +647,78 @@ class EpilogGatePlugin(GateDriver):
             internal_error(self, msg)
 
     # The answer of each request is bound with partial(), not a closure: a
-    # closure's cells cost more than the call.
+    # closure's cells cost more than the call.  It holds the request by a
+    # bare reference (GatePort.own_request), which exactly one answer, or
+    # a drop, gives back: a refusal (GateError) from the gate comes before
+    # anything took the answer.  An unexpected exception leaves the
+    # reference to the answer, which may already be kept.
 
     def hold(self, message, jobid, description, timeout, point=EPILOG):
-        self.gate.hold(
-            jobid,
-            description,
-            timeout,
-            point,
-            done=partial(self._answer_hold, self.jobtap.keep_request(message)),
-        )
+        jobtap = self.jobtap
+        kept = jobtap.own_request(message)
+        try:
+            self.gate.hold(
+                jobid,
+                description,
+                timeout,
+                point,
+                done=partial(self._answer_hold, kept),
+            )
+        except GateError:
+            jobtap.drop_request(kept)
+            raise
 
     def _answer_hold(self, kept, hold, error):
         jobtap = self.jobtap
         if error is not None:
             self._answer_error(kept, "hold", error)
-        elif jobtap.p is not None:
+        elif jobtap.p is None:
+            jobtap.drop_request(kept)
+        else:
             try:
-                jobtap.send_hold(kept, hold)
+                jobtap.answer_hold(kept, hold)
             except Exception:  # noqa: BLE001 - inside the job-manager
                 jobtap.log_exception("answering hold")
 
     def release(self, message, jobid, description, status):
-        self.gate.release(
-            jobid,
-            description,
-            status,
-            done=partial(self._answer_release, self.jobtap.keep_request(message)),
-        )
+        jobtap = self.jobtap
+        kept = jobtap.own_request(message)
+        try:
+            self.gate.release(
+                jobid,
+                description,
+                status,
+                done=partial(self._answer_release, kept),
+            )
+        except GateError:
+            jobtap.drop_request(kept)
+            raise
 
     def _answer_release(self, kept, result, error):
         jobtap = self.jobtap
         if error is not None:
             self._answer_error(kept, "release", error)
-        elif jobtap.p is not None:
+        elif jobtap.p is None:
+            jobtap.drop_request(kept)
+        else:
             try:
-                jobtap.send_release(kept, *result)
+                jobtap.answer_release(kept, *result)
             except Exception:  # noqa: BLE001 - inside the job-manager
                 jobtap.log_exception("answering release")
 
-    def _answer_error(self, msg, method, error):
+    def _answer_error(self, kept, method, error):
         """Answer a kept request with the error that kept its record from
         being durable."""
-        if self.jobtap.p is None:
+        jobtap = self.jobtap
+        if jobtap.p is None:
+            jobtap.drop_request(kept)
             return
         try:
-            self.jobtap.respond_error(
-                msg, error.errno or errno.EIO, f"{method}: {error.strerror}"
+            jobtap.answer_error(
+                kept, error.errno or errno.EIO, f"{method}: {error.strerror}"
             )
         except Exception:  # noqa: BLE001 - inside the job-manager
-            self.jobtap.log_exception(f"answering {method}")
+            jobtap.log_exception(f"answering {method}")
 
 
 def _require_owner(method, owner):

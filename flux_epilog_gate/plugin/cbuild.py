@@ -50,10 +50,12 @@ int gate_post_start (flux_plugin_t *p, flux_jobid_t id, const char *name,
 int gate_post_finish (flux_plugin_t *p, flux_jobid_t id, const char *name,
                       const char *description, int status);
 int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text);
-int gate_respond_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
-                       const char *description, const char *state);
-int gate_respond_release (flux_t *h, const flux_msg_t *msg, int released,
-                          const char *reason);
+int gate_answer_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
+                      const char *description, const char *state);
+int gate_answer_release (flux_t *h, const flux_msg_t *msg, int released,
+                         const char *reason);
+int gate_answer_error (flux_t *h, const flux_msg_t *msg, int errnum,
+                       const char *text);
 int gate_respond_watch (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
                         const char *description, uint32_t userid, int ran,
                         const char *point, int aborted);

@@ -172,24 +172,44 @@ int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text)
                                         GATE_ANNOTATION, text);
 }
 
-/* Answers of the hot path. */
-int gate_respond_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
-                       const char *description, const char *state)
+/* Answers of the hot path.  Each takes over the caller's reference on its
+ * request (kept with flux_msg_incref while the record was committed) and
+ * drops it once answered: one call from Python, and no Python object that
+ * must be collected for the message to be freed.
+ */
+int gate_answer_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
+                      const char *description, const char *state)
 {
-    return flux_respond_pack (h, msg, "{s:I s:s s:s}",
-                              "id", (json_int_t)id,
-                              "description", description,
-                              "state", state);
+    int rc = flux_respond_pack (h, msg, "{s:I s:s s:s}",
+                                "id", (json_int_t)id,
+                                "description", description,
+                                "state", state);
+    flux_msg_decref (msg);
+    return rc;
 }
 
-int gate_respond_release (flux_t *h, const flux_msg_t *msg, int released,
-                          const char *reason)
+int gate_answer_release (flux_t *h, const flux_msg_t *msg, int released,
+                         const char *reason)
 {
+    int rc;
+
     if (!reason)
-        return flux_respond_pack (h, msg, "{s:b}", "released", released);
-    return flux_respond_pack (h, msg, "{s:b s:s}",
-                              "released", released,
-                              "reason", reason);
+        rc = flux_respond_pack (h, msg, "{s:b}", "released", released);
+    else
+        rc = flux_respond_pack (h, msg, "{s:b s:s}",
+                                "released", released,
+                                "reason", reason);
+    flux_msg_decref (msg);
+    return rc;
+}
+
+int gate_answer_error (flux_t *h, const flux_msg_t *msg, int errnum,
+                       const char *text)
+{
+    int rc = flux_respond_error (h, msg, errnum, text);
+
+    flux_msg_decref (msg);
+    return rc;
 }
 
 /* A watch response: an activation, or (aborted) the news that the job of

@@ -37,8 +37,9 @@ class GatePort(Jobtap):
         # Called for every held job: bound once (see Jobtap.__init__).
         self._post_start = lib.gate_post_start
         self._post_finish = lib.gate_post_finish
-        self._respond_hold = lib.gate_respond_hold
-        self._respond_release = lib.gate_respond_release
+        self._answer_hold = lib.gate_answer_hold
+        self._answer_release = lib.gate_answer_release
+        self._answer_error = lib.gate_answer_error
         self._respond_watch = lib.gate_respond_watch
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
@@ -182,22 +183,54 @@ class GatePort(Jobtap):
         """End a ``watch`` stream with an error."""
         self.respond_error(msg, errnum, text)
 
-    def send_hold(self, msg, hold):
-        """Answer a ``hold`` request with ``hold``."""
-        state = hold.state
-        self._respond_hold(
-            self.h,
-            msg,
-            hold.id,
-            hold.description.encode(),
-            self._names.get(state) or self.name(state),
-        )
+    # A hold or release is answered once its record is durable.  Its
+    # request is kept by a bare reference (own_request) rather than one
+    # Python collects (keep_request): exactly one of the answers below, or
+    # drop_request, gives that reference back, in the same C call as the
+    # answer.  An answer that raises was never sent, and has given it
+    # back all the same.
 
-    def send_release(self, msg, released, reason=None):
-        """Answer a ``release`` request."""
-        self._respond_release(
-            self.h,
-            msg,
-            released,
-            self.ffi.NULL if reason is None else reason.encode(),
-        )
+    def own_request(self, msg):
+        """A reference on request ``msg`` that the caller owns (see
+        above)."""
+        return self._incref(msg)
+
+    def drop_request(self, kept):
+        """Give back ``kept`` unanswered."""
+        self._decref(kept)
+
+    def answer_hold(self, kept, hold):
+        """Answer the ``hold`` request ``kept`` with ``hold``."""
+        state = hold.state
+        try:
+            self._answer_hold(
+                self.h,
+                kept,
+                hold.id,
+                hold.description.encode(),
+                self._names.get(state) or self.name(state),
+            )
+        except BaseException:
+            self._decref(kept)
+            raise
+
+    def answer_release(self, kept, released, reason=None):
+        """Answer the ``release`` request ``kept``."""
+        try:
+            self._answer_release(
+                self.h,
+                kept,
+                released,
+                self.ffi.NULL if reason is None else reason.encode(),
+            )
+        except BaseException:
+            self._decref(kept)
+            raise
+
+    def answer_error(self, kept, errnum, text):
+        """Answer the request ``kept`` with an error."""
+        try:
+            self._answer_error(self.h, kept, errnum, text.encode("utf-8", "replace"))
+        except BaseException:
+            self._decref(kept)
+            raise

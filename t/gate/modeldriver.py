@@ -28,9 +28,11 @@ class Carried:
 class Driver:
     """One plugin instance of job-manager ``jm``."""
 
-    def __init__(self, jm, carried):
+    def __init__(self, jm, carried, violations=None):
         self.jm = jm
         self.state = carried
+        #: Where a broken promise of the gate to the plugin is told.
+        self.violations = [] if violations is None else violations
         self.port = JobtapPort(jm, self)
         self.gate = None
         self.load = None
@@ -82,27 +84,42 @@ class Driver:
         self.load.when_ready(run, lambda: answer(None, GateError(11, "unloaded")))
 
     def hold(self, jobid, description, timeout, point, answer):
-        def done(hold, error):
-            if self.port.open:
-                answer(hold, error)
-
-        def run():
-            try:
-                self.gate.hold(jobid, description, timeout, point, done=done)
-            except GateError as exc:
-                answer(None, exc)
-
-        self._when_ready(run, answer)
+        self._request(
+            f"hold {jobid} {description}",
+            lambda done: self.gate.hold(jobid, description, timeout, point, done=done),
+            answer,
+        )
 
     def release(self, jobid, description, status, answer):
+        self._request(
+            f"release {jobid} {description}",
+            lambda done: self.gate.release(jobid, description, status, done=done),
+            answer,
+        )
+
+    def _request(self, what, call, answer):
+        """Run ``call(done)`` once ready.  The plugin gives back the request
+        it holds when the gate refuses (GateError), and in the one answer
+        otherwise: the gate must call ``done`` at most once, and never for
+        a refused request."""
+        refused = []
+        calls = []
+
         def done(result, error):
+            calls.append(error)
+            if refused or len(calls) > 1:
+                self.violations.append(f"{what}: done called {len(calls)} times")
+                return
             if self.port.open:
                 answer(result, error)
 
         def run():
             try:
-                self.gate.release(jobid, description, status, done=done)
+                call(done)
             except GateError as exc:
+                refused.append(exc)
+                if calls:
+                    self.violations.append(f"{what}: refused after done was called")
                 answer(None, exc)
 
         self._when_ready(run, answer)

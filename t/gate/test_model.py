@@ -197,7 +197,7 @@ class GateModel(RuleBasedStateMachine):
     # The plugin
 
     def _load(self, carried):
-        self.driver = Driver(self.jm, carried)
+        self.driver = Driver(self.jm, carried, self.violations)
         try:
             self.driver.commit()
             self.driver.announce()
