@@ -12,8 +12,8 @@ class Base(Plugin):
     def on_depend(self, job):
         pass
 
-    @job_topic("job.state.cleanup")
-    def on_cleanup(self, job):
+    @job_topic("job.state.cleanup", id_only=True)
+    def on_cleanup(self, jobid):
         pass
 
     @request("list", guests=True)
@@ -37,8 +37,8 @@ class Derived(Base):
 def test_a_subclass_redeclares_and_drops_its_base_handlers():
     Derived._collect()
     assert Derived._job_topics == [
-        ("job.state.depend", "every_job", "attributes.system.dw", "on_depend"),
-        ("job.state.cleanup", "marked", None, "on_cleanup"),
+        ("job.state.depend", "every_job", "attributes.system.dw", False, "on_depend"),
+        ("job.state.cleanup", "marked", None, True, "on_cleanup"),
     ]
     assert Derived._methods == [("list", True, None, "list_request")]
     Base._collect()
@@ -58,3 +58,13 @@ def test_one_topic_under_two_names_is_refused():
 
     with pytest.raises(ValueError, match="declared twice"):
         Twice._collect()
+
+
+def test_each_job_topic_calls_its_class_function_with_a_job_or_an_id():
+    Derived._collect()
+    assert Derived._job_calls == [
+        (Derived.on_depend, "job.state.depend"),
+        (Base.on_cleanup, None),
+    ]
+    Base._collect()
+    assert Base._job_calls[0] == (Base.on_depend, "job.state.depend")

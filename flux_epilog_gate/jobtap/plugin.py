@@ -58,7 +58,9 @@ class RequestError(Exception):
         self.message = message
 
 
-def job_topic(topic, every_job=False, wanted=False, requires=None, switched=False):
+def job_topic(
+    topic, every_job=False, wanted=False, requires=None, switched=False, id_only=False
+):
     """Declare a handler ``method(self, job)`` of job topic ``topic``
     (``job.new``, ``job.state.STATE`` or ``job.event.NAME``).
 
@@ -89,7 +91,7 @@ def job_topic(topic, every_job=False, wanted=False, requires=None, switched=Fals
         if every_job
         else WANTED if wanted else SWITCHED if switched else MARKED
     )
-    return _declare("_jobtap_job", (topic, mode, requires))
+    return _declare("_jobtap_job", (topic, mode, requires, bool(id_only)))
 
 
 def plugin_topic(topic):
@@ -283,10 +285,17 @@ class Plugin:
                         declared[attr] = value
                     else:
                         declared[attr] = (*value, attr)
-        topics = [topic for topic, _, _, _ in jobs.values()]
+        topics = [topic for topic, *_ in jobs.values()]
         if len(set(topics)) != len(topics):
             raise ValueError(f"{cls.__name__}: a job topic is declared twice")
         cls._job_topics = list(jobs.values())
+        # What each call of a job topic runs, by index: the class's
+        # function (no bound method made per call), and the topic for a
+        # Job, or None for an id alone.
+        cls._job_calls = [
+            (getattr(cls, attr), None if id_only else topic)
+            for topic, _, _, id_only, attr in cls._job_topics
+        ]
         cls._plugin_topics = {topic: attr for attr, topic in plugins.items()}
         cls._methods = list(methods.values())
 
@@ -306,8 +315,8 @@ class _Runtime:
             WANTED: lib.RUNTIME_TOPIC_WANTED,
             SWITCHED: lib.RUNTIME_TOPIC_SWITCHED,
         }
-        self.topic_modes = [(t, modes[m], r) for t, m, r, _ in cls._job_topics]
-        self.topics = {t: i for i, (t, _, _, _) in enumerate(cls._job_topics)}
+        self.topic_modes = [(t, modes[m], r) for t, m, r, _, _ in cls._job_topics]
+        self.topics = {t[0]: i for i, t in enumerate(cls._job_topics)}
         self.plugin_topics = {
             lib.RUNTIME_PLUGIN_CONF: cls._plugin_topics.get("conf.update"),
             lib.RUNTIME_PLUGIN_QUERY: cls._plugin_topics.get("plugin.query"),
@@ -384,9 +393,12 @@ class _Runtime:
 
     def job(self, handle, index, jobid, state, userid, args):
         plugin = self.ffi.from_handle(handle)
-        topic, _, _, name = plugin._job_topics[index]
+        function, topic = plugin._job_calls[index]
         try:
-            getattr(plugin, name)(Job(plugin.jobtap, topic, jobid, state, userid, args))
+            if topic is None:
+                function(plugin, jobid)
+            else:
+                function(plugin, Job(plugin.jobtap, topic, jobid, state, userid, args))
         except Exception:
             _log_error(plugin, f"job {jobid}")
             return -1
