@@ -2,6 +2,7 @@
 loads (epilog-gate.so and the native reference gate, built here),
 progress lines and small statistics."""
 
+import functools
 import os
 import platform
 import shutil
@@ -14,6 +15,7 @@ from flux.job import JobspecV1
 
 import flux_epilog_gate  # noqa: F401  (puts flux-core's bindings on sys.path)
 from flux_epilog_gate import plugin_path
+from flux_epilog_gate.jobtap.build import compile_plugin
 from flux_epilog_gate.testing import Instance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -81,6 +83,19 @@ def build_native(tmpdir):
     return out
 
 
+def build_heap_probe(tmpdir):
+    """heap-probe.so (bench/heapprobe.py), built into ``tmpdir`` with the
+    runtime's build helper."""
+    return compile_plugin(
+        tmpdir,
+        "heap-probe",
+        "heapprobe:HeapProbe",
+        site_levels=0,
+        pythonpath=[HERE],
+        python=sys.executable,
+    )
+
+
 class Plugins:
     """The plugins a benchmark loads, by kind: "gate" is epilog-gate.so,
     "native" bench/native_gate.c (built into ``tmpdir``), None is none."""
@@ -88,7 +103,14 @@ class Plugins:
     SERVICES = {"gate": GATE_SERVICE, "native": NATIVE_SERVICE}
 
     def __init__(self, tmpdir):
+        self.tmpdir = tmpdir
         self.paths = {"gate": plugin_path(), "native": build_native(tmpdir)}
+
+    @functools.cached_property
+    def heap_probe(self):
+        """heap-probe.so, for observer.Broker(heap_probe=...): built when
+        first asked for."""
+        return build_heap_probe(self.tmpdir)
 
     def instance(self, kind, cores, options=None):
         """A test instance (not started) with plugin ``kind`` loaded."""

@@ -3,18 +3,22 @@ broker, the sizes of its caches, and the benchmark's own CPU time."""
 
 import json
 import os
-import re
-import shutil
-import subprocess
-import sys
-import tempfile
 import time
+
+#: The service of bench/heapprobe.py.
+HEAP_PROBE_SERVICE = "job-manager.heap-probe"
 
 
 class Broker:
-    """CPU time and memory of an instance's broker (rank 0)."""
+    """CPU time and memory of an instance's broker (rank 0).  With
+    ``heap_probe``, the path of heap-probe.so (see common.Plugins), it is
+    loaded into the job-manager to read the broker's heap."""
 
-    def __init__(self, handle):
+    def __init__(self, handle, heap_probe=None):
+        self.handle = None
+        if heap_probe is not None:
+            handle.rpc("job-manager.jobtap", {"load": heap_probe}).get()
+            self.handle = handle
         self.pid = int(handle.attr_get("broker.pid"))
         self.tids = {}
         for tid in os.listdir(f"/proc/{self.pid}/task"):
@@ -52,18 +56,13 @@ class Broker:
 
     def settle(self, seconds):
         """Let the KVS expire its cache entries (10 s), then have glibc hand
-        free memory back (malloc_trim, through gdb).  False if that cannot
-        be done here (no gdb, ptrace not allowed, or ``seconds`` is 0)."""
-        gdb = shutil.which("gdb")
-        if not seconds or not gdb:
+        free memory back (malloc_trim, by the heap probe).  False if that
+        cannot be done here (no probe loaded, or ``seconds`` is 0)."""
+        if not seconds or self.handle is None:
             return False
         time.sleep(seconds)
-        done = subprocess.run(
-            [gdb, "-p", str(self.pid), "-batch", "-ex", "call (int)malloc_trim(0)"],
-            capture_output=True,
-            text=True,
-        )
-        return done.returncode == 0 and "$1 = " in done.stdout
+        self.handle.rpc(f"{HEAP_PROBE_SERVICE}.trim", {}).get()
+        return True
 
     def threads(self):
         """CPU time (ns) per thread name, all threads of the broker."""
@@ -78,44 +77,11 @@ class Broker:
         return out
 
     def heap_bytes(self):
-        """Bytes the broker holds allocated: glibc malloc's in all its
-        arenas (``malloc_info``) plus the blocks of Python's own
-        allocator (its arenas are mapped apart), read through gdb; None
-        if that cannot be done here.  Unlike RSS it does not move when
-        freed memory is reused or kept, so what a change adds to it is
-        what the change allocated."""
-        gdb = shutil.which("gdb")
-        if not gdb or sys.version_info >= (3, 12):
-            # From 3.12 the allocator's state is the interpreter's: read
-            # from gdb, outside any Python thread, it crashes the process.
-            # (The broker's Python is the benchmark's own.)
+        """Bytes the broker holds allocated (bench/heap.py), read by the
+        heap probe loaded into its job-manager; None without one."""
+        if self.handle is None:
             return None
-        with tempfile.TemporaryDirectory(prefix="epilog-gate-heap-") as tmp:
-            malloc, python = (os.path.join(tmp, n) for n in ("malloc", "python"))
-            script = [
-                f'call (void *)fopen("{malloc}", "w")',
-                "call (int)malloc_info(0, $1)",
-                "call (int)fclose($1)",
-                # Fails (harmlessly) in a broker without Python.
-                f'call (void *)fopen("{python}", "w")',
-                "call (int)_PyObject_DebugMallocStats($4)",
-                "call (int)fclose($4)",
-            ]
-            args = [gdb, "-p", str(self.pid), "-batch", "-nx"]
-            for command in script:
-                args += ["-ex", command]
-            subprocess.run(args, capture_output=True, text=True)
-            try:
-                with open(malloc) as f:
-                    total = malloc_in_use(f.read())
-            except (OSError, ValueError, KeyError):
-                return None
-            try:
-                with open(python) as f:
-                    total += pymalloc_in_use(f.read())
-            except OSError:
-                pass
-            return total
+        return self.handle.rpc(f"{HEAP_PROBE_SERVICE}.read", {}).get()["bytes"]
 
     def rss_kb(self):
         with open(f"/proc/{self.pid}/status") as f:
@@ -123,23 +89,6 @@ class Broker:
                 if line.startswith("VmRSS:"):
                     return int(line.split()[1])
         raise RuntimeError("no VmRSS")
-
-
-def malloc_in_use(xml):
-    """In-use bytes of glibc's ``malloc_info`` text: what its arenas got
-    from the system, less their free chunks, plus the chunks it mapped
-    apart."""
-    tail = xml[xml.rindex("</heap>") :]
-    sizes = dict(re.findall(r'<(?:total|system) type="(\w+)"[^>]* size="(\d+)"', tail))
-    free = int(sizes["fast"]) + int(sizes["rest"])
-    return int(sizes["current"]) - free + int(sizes["mmap"])
-
-
-def pymalloc_in_use(text):
-    """Bytes in allocated blocks of ``_PyObject_DebugMallocStats``'s text
-    (0 if it wrote none)."""
-    found = re.search(r"# bytes in allocated blocks\s*=\s*([\d,]+)", text)
-    return int(found.group(1).replace(",", "")) if found else 0
 
 
 def caches(h):

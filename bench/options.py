@@ -80,7 +80,7 @@ def parse_args(argv=None):
         "--settle",
         type=float,
         help="seconds to let caches expire before a memory reading "
-        "(then malloc_trim through gdb; 0: raw readings only)",
+        "(then malloc_trim by the heap probe; 0: raw readings only)",
     )
     parser.add_argument(
         "--configs",

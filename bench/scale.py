@@ -22,7 +22,7 @@ def hold_scale_run(plugins, args, plugin_kind, options=None):
     with plugins.instance(plugin_kind, args.cores, options) as inst:
         h = inst.handle()
         client = Client(h, plugins.service(plugin_kind))
-        broker = Broker(h)
+        broker = Broker(h, plugins.heap_probe)
         spec = spec_for("exception")
         client.warm_up(args.warmup, spec)
         ids = client.submit_held(count, spec)
@@ -164,7 +164,7 @@ def growth_run(plugins, sizes, cores, settle, repeat):
     with plugins.instance("gate", cores) as inst:
         h = inst.handle()
         client = Client(h, plugins.service("gate"))
-        broker = Broker(h)
+        broker = Broker(h, plugins.heap_probe)
         spec = spec_for("exception")
         client.warm_up(20, spec)
         held = 0
