@@ -45,8 +45,9 @@ TRIPS = {
     "commit answered": (
         "runtime_commit_cb",
         [
-            ("gate_respond_hold", 1),
-            ("gate_respond_release", 1),
+            ("gate_answer_hold", 1),
+            ("gate_answer_release", 1),
+            ("gate_answer_error", 1),
             ("flux_msg_decref", 1),
             ("runtime_kvs_commit", 1),
         ],
