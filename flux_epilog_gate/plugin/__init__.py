@@ -654,16 +654,23 @@ class EpilogGatePlugin(GateDriver):
     # reference to the answer, which may already be kept.
 
     def hold(self, message, jobid, description, timeout, point=EPILOG):
+        self._keeping(
+            message,
+            self.gate.hold,
+            self._answer_hold,
+            jobid,
+            description,
+            timeout,
+            point,
+        )
+
+    def _keeping(self, message, call, answer, *values):
+        """``call(*values, done=...)``, whose ``done`` answers ``message``,
+        kept by a bare reference."""
         jobtap = self.jobtap
         kept = jobtap.own_request(message)
         try:
-            self.gate.hold(
-                jobid,
-                description,
-                timeout,
-                point,
-                done=partial(self._answer_hold, kept),
-            )
+            call(*values, done=partial(answer, kept))
         except GateError:
             jobtap.drop_request(kept)
             raise
@@ -681,18 +688,9 @@ class EpilogGatePlugin(GateDriver):
                 jobtap.log_exception("answering hold")
 
     def release(self, message, jobid, description, status):
-        jobtap = self.jobtap
-        kept = jobtap.own_request(message)
-        try:
-            self.gate.release(
-                jobid,
-                description,
-                status,
-                done=partial(self._answer_release, kept),
-            )
-        except GateError:
-            jobtap.drop_request(kept)
-            raise
+        self._keeping(
+            message, self.gate.release, self._answer_release, jobid, description, status
+        )
 
     def _answer_release(self, kept, result, error):
         jobtap = self.jobtap

@@ -177,39 +177,36 @@ int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text)
  * drops it once answered: one call from Python, and no Python object that
  * must be collected for the message to be freed.
  */
+static int gate_answered (const flux_msg_t *msg, int rc)
+{
+    flux_msg_decref (msg);
+    return rc;
+}
+
 int gate_answer_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
                       const char *description, const char *state)
 {
-    int rc = flux_respond_pack (h, msg, "{s:I s:s s:s}",
-                                "id", (json_int_t)id,
-                                "description", description,
-                                "state", state);
-    flux_msg_decref (msg);
-    return rc;
+    return gate_answered (msg, flux_respond_pack (h, msg, "{s:I s:s s:s}",
+                                                  "id", (json_int_t)id,
+                                                  "description", description,
+                                                  "state", state));
 }
 
 int gate_answer_release (flux_t *h, const flux_msg_t *msg, int released,
                          const char *reason)
 {
-    int rc;
-
     if (!reason)
-        rc = flux_respond_pack (h, msg, "{s:b}", "released", released);
-    else
-        rc = flux_respond_pack (h, msg, "{s:b s:s}",
-                                "released", released,
-                                "reason", reason);
-    flux_msg_decref (msg);
-    return rc;
+        return gate_answered (msg, flux_respond_pack (h, msg, "{s:b}",
+                                                      "released", released));
+    return gate_answered (msg, flux_respond_pack (h, msg, "{s:b s:s}",
+                                                  "released", released,
+                                                  "reason", reason));
 }
 
 int gate_answer_error (flux_t *h, const flux_msg_t *msg, int errnum,
                        const char *text)
 {
-    int rc = flux_respond_error (h, msg, errnum, text);
-
-    flux_msg_decref (msg);
-    return rc;
+    return gate_answered (msg, flux_respond_error (h, msg, errnum, text));
 }
 
 /* A watch response: an activation, or (aborted) the news that the job of
