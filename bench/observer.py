@@ -15,10 +15,11 @@ class Broker:
     loaded into the job-manager to read the broker's heap."""
 
     def __init__(self, handle, heap_probe=None):
-        self.handle = None
+        #: The handle the heap probe answers on, once it is loaded.
+        self._probe = None
         if heap_probe is not None:
             handle.rpc("job-manager.jobtap", {"load": heap_probe}).get()
-            self.handle = handle
+            self._probe = handle
         self.pid = int(handle.attr_get("broker.pid"))
         self.tids = {}
         for tid in os.listdir(f"/proc/{self.pid}/task"):
@@ -58,10 +59,10 @@ class Broker:
         """Let the KVS expire its cache entries (10 s), then have glibc hand
         free memory back (malloc_trim, by the heap probe).  False if that
         cannot be done here (no probe loaded, or ``seconds`` is 0)."""
-        if not seconds or self.handle is None:
+        if not seconds or self._probe is None:
             return False
         time.sleep(seconds)
-        self.handle.rpc(f"{HEAP_PROBE_SERVICE}.trim", {}).get()
+        self._probe.rpc(f"{HEAP_PROBE_SERVICE}.trim", {}).get()
         return True
 
     def threads(self):
@@ -79,9 +80,9 @@ class Broker:
     def heap_bytes(self):
         """Bytes the broker holds allocated (bench/heap.py), read by the
         heap probe loaded into its job-manager; None without one."""
-        if self.handle is None:
+        if self._probe is None:
             return None
-        return self.handle.rpc(f"{HEAP_PROBE_SERVICE}.read", {}).get()["bytes"]
+        return self._probe.rpc(f"{HEAP_PROBE_SERVICE}.read", {}).get()["bytes"]
 
     def rss_kb(self):
         with open(f"/proc/{self.pid}/status") as f:
