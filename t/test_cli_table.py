@@ -114,6 +114,30 @@ def test_f58_ids_are_libfluxs(jobid):
     assert F58()(jobid) == JobID(jobid).f58
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(min_value=0, max_value=2**64 - 1),
+            # ids near each other share the digits before their last six
+            st.integers(min_value=0, max_value=58**2).map(lambda n: 58**8 + n * 977),
+            st.sampled_from([0, 3364, 58**6 - 1, 58**6, 58**7, 2**64 - 1]),
+        ),
+        max_size=50,
+    )
+)
+def test_f58_many_is_libfluxs_id_by_id(jobids):
+    from flux.job import JobID
+
+    assert F58().many(jobids) == [JobID(jobid).f58 for jobid in jobids]
+
+
+def test_f58_many_refuses_what_libflux_refuses():
+    for jobid in (-1, 2**64):
+        with pytest.raises((OSError, OverflowError, ValueError, TypeError)):
+            F58().many([58**6, jobid])
+
+
 def test_f58_ids_are_ascii_when_flux_forces_it(monkeypatch):
     from flux.job import JobID
 

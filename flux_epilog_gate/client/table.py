@@ -106,7 +106,12 @@ F58_PAIRS = tuple(a + b for a in F58_DIGITS for b in F58_DIGITS)
 
 #: The last six digits of an id come from pairs; ids of one instance made
 #: within days of each other share the rest.
+F58_PAIR = 58**2
+F58_PAIR_2 = 58**4
 F58_TAIL = 58**6
+
+#: Job ids are 64-bit.
+F58_LIMIT = 2**64
 
 
 class F58:
@@ -119,31 +124,47 @@ class F58:
         from flux.job import JobID
 
         self.prefix = JobID(0).f58[:-1]
-        self.heads = {}
+        self.heads = _Heads(self.prefix)
 
     def __call__(self, jobid):
-        if type(jobid) is not int or not 0 <= jobid < 2**64:
+        if type(jobid) is not int or not 0 <= jobid < F58_LIMIT:
             from flux.job import JobID
 
             return JobID(jobid).f58  # raises as flux would
         head, tail = divmod(jobid, F58_TAIL)
         if not head:
             return self.prefix + _digits(jobid)
-        rest, last = divmod(tail, 3364)
-        first, middle = divmod(rest, 3364)
-        return (
-            (self.heads.get(head) or self._head(head))
-            + F58_PAIRS[first]
-            + F58_PAIRS[middle]
-            + F58_PAIRS[last]
-        )
+        rest, last = divmod(tail, F58_PAIR)
+        first, middle = divmod(rest, F58_PAIR)
+        return self.heads[head] + F58_PAIRS[first] + F58_PAIRS[middle] + F58_PAIRS[last]
 
     def many(self, jobids):
-        """The f58 text of each of ``jobids``."""
-        return list(map(self, jobids))
+        """The f58 text of each of ``jobids``: ``self(jobid)`` each, the
+        common case (an id of seven digits or more) without a call."""
+        heads, pairs = self.heads, F58_PAIRS
+        return [
+            (
+                heads[j // F58_TAIL]
+                + pairs[j // F58_PAIR_2 % F58_PAIR]
+                + pairs[j // F58_PAIR % F58_PAIR]
+                + pairs[j % F58_PAIR]
+                if type(j) is int and F58_TAIL <= j < F58_LIMIT
+                else self(j)
+            )
+            for j in jobids
+        ]
 
-    def _head(self, head):
-        text = self.heads[head] = self.prefix + _digits(head)
+
+class _Heads(dict):
+    """The f58 text of an id's digits before its last six, by their value,
+    each made when first asked for."""
+
+    def __init__(self, prefix):
+        super().__init__()
+        self.prefix = prefix
+
+    def __missing__(self, head):
+        text = self[head] = self.prefix + _digits(head)
         return text
 
 
