@@ -5,13 +5,14 @@ the command prints it so from a real instance's answer."""
 import contextlib
 import io
 import os
+import time
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.client import cli
-from flux_epilog_gate.client.table import DEFAULT_FORMAT, F58, default_lines
+from flux_epilog_gate.client.table import DEFAULT_FORMAT, F58, F58_TAIL, default_lines
 
 #: The default format with a spec that changes nothing in its output but
 #: makes it another format: printed by flux's OutputFormat.
@@ -175,7 +176,7 @@ def listed_holds(handle, gate, no_leftover_holds):
     an int and no timeout, a prolog one, and an active one."""
     from jobs import set_urgency, submit, wait_event
 
-    waiting = submit(handle, urgency=0)
+    waiting = submit_seven_digits(handle, urgency=0)
     gate.hold(waiting, "bb-teardown", timeout=600.0)
     gate.hold(waiting, "unmount", timeout=90)
     gate.hold(waiting, "stage-in", point="prolog")
@@ -184,6 +185,28 @@ def listed_holds(handle, gate, no_leftover_holds):
     set_urgency(handle, ran, 16)
     wait_event(handle, ran, "epilog-start", timeout=60, match=lambda c: True)
     return int(waiting), int(ran)
+
+
+def submit_seven_digits(handle, **kwargs):
+    """A job whose f58 id has seven digits or more, the table's common
+    case (F58.many): a new instance's ids count the milliseconds since its
+    first, and reach 58**6 after 2.27 s.  An earlier id's job is cancelled
+    and the rest waited."""
+    import flux.job
+    from jobs import submit
+
+    jobid = submit(handle, **kwargs)
+    if jobid < F58_TAIL:
+        flux.job.cancel(handle, jobid)
+        time.sleep(((F58_TAIL >> FLUID_MS_SHIFT) - (jobid >> FLUID_MS_SHIFT)) / 1e3)
+        time.sleep(0.05)
+        jobid = submit(handle, **kwargs)
+    assert jobid >= F58_TAIL
+    return jobid
+
+
+#: A FLUID job id's milliseconds begin at this bit (RFC 19).
+FLUID_MS_SHIFT = 24
 
 
 def test_list_answer_is_compact_json_of_each_kind_of_hold(handle, listed_holds):
