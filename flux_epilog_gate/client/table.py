@@ -127,20 +127,12 @@ class F58:
         self.heads = _Heads(self.prefix)
 
     def __call__(self, jobid):
-        if type(jobid) is not int or not 0 <= jobid < F58_LIMIT:
-            from flux.job import JobID
-
-            return JobID(jobid).f58  # raises as flux would
-        head, tail = divmod(jobid, F58_TAIL)
-        if not head:
-            return self.prefix + _digits(jobid)
-        rest, last = divmod(tail, F58_PAIR)
-        first, middle = divmod(rest, F58_PAIR)
-        return self.heads[head] + F58_PAIRS[first] + F58_PAIRS[middle] + F58_PAIRS[last]
+        """The f58 text of ``jobid``."""
+        return self.many((jobid,))[0]
 
     def many(self, jobids):
-        """The f58 text of each of ``jobids``: ``self(jobid)`` each, the
-        common case (an id of seven digits or more) without a call."""
+        """The f58 text of each of ``jobids``: an id of seven digits or
+        more, the common case, from its pairs without a call."""
         heads, pairs = self.heads, F58_PAIRS
         return [
             (
@@ -149,10 +141,18 @@ class F58:
                 + pairs[j // F58_PAIR % F58_PAIR]
                 + pairs[j % F58_PAIR]
                 if type(j) is int and F58_TAIL <= j < F58_LIMIT
-                else self(j)
+                else self._short(j)
             )
             for j in jobids
         ]
+
+    def _short(self, jobid):
+        """An id of six digits or fewer, or one flux refuses."""
+        if type(jobid) is not int or not 0 <= jobid < F58_LIMIT:
+            from flux.job import JobID
+
+            return JobID(jobid).f58  # raises as flux would
+        return self.prefix + _digits(jobid)
 
 
 class _Heads(dict):
