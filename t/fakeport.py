@@ -23,7 +23,9 @@
   :meth:`orphan` makes what is pending complete without calling back (the
   plugin was unloaded);
 - ``kvs_get`` answers the dict's value as bytes (a value may also be
-  set to bytes, to store what is not text); ``read_eventlog`` answers
+  set to bytes, to store what is not text); the dict's keys are paths:
+  ``kvs_dir`` answers the names under one, ``unlink`` removes what is
+  under it too; ``read_eventlog`` answers
   :attr:`eventlogs` (``{id: [(timestamp, name, context)]}``, default
   empty) at once, or with :attr:`defer_eventlogs` set, once
   :meth:`complete_eventlog` is called;
@@ -367,6 +369,8 @@ class FakePort:
             self.pending_commits.append((key, text, append, callback))
             return
         errnum = self.failures.get(KVS)
+        if errnum is None and self._below(key):
+            errnum = errno.EISDIR
         if errnum is not None:
             callback(OSError(errnum, os.strerror(errnum)))
             return
@@ -381,9 +385,31 @@ class FakePort:
     def kvs_get(self, key):
         self._maybe_fail("kvs_get")
         value = self.kvs.get(key)
+        if value is None and self._below(key):
+            raise OSError(errno.EISDIR, os.strerror(errno.EISDIR))
         if value is None or isinstance(value, bytes):
             return value
         return value.encode("utf-8", "surrogateescape")
+
+    def _below(self, key):
+        """The keys in directory ``key`` (the dict's keys are paths)."""
+        prefix = key + "."
+        return [k for k in self.kvs if k.startswith(prefix)]
+
+    def hold_log(self):
+        """The hold log as the gate's load reads it: its key, then its
+        segments in order (text)."""
+        from flux_epilog_gate.gate.holdlog import KEY, read_segments
+
+        parts = [self.kvs.get(KEY, "")] + [t for _, t in read_segments(self)]
+        return "".join(p.decode() if isinstance(p, bytes) else p for p in parts)
+
+    def kvs_dir(self, key):
+        self._maybe_fail("kvs_dir")
+        if key in self.kvs:
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        names = {k[len(key) + 1 :].split(".")[0] for k in self._below(key)}
+        return sorted(names) or None
 
     def read_eventlog(self, jobid, callback):
         if self.defer_eventlogs:
@@ -449,6 +475,8 @@ class FakePort:
                 kvs[key] = base64.b64decode(treeobj["data"]).decode()
             elif op == "unlink":
                 kvs.pop(key, None)
+                for below in [k for k in kvs if k.startswith(key + ".")]:
+                    del kvs[below]
             else:
                 raise ValueError(f"{op!r} is not a KVS transaction operation")
         self.kvs.clear()

@@ -9,7 +9,7 @@ import flux.job
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
 
-from flux_epilog_gate.gate.holdlog import KEY, parse
+from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, parse, segment_key
 from flux_epilog_gate.testing import flux_command
 
 #: Simulated execution: the job "runs" this long without any process.
@@ -121,9 +121,20 @@ def query(instance):
 
 
 def hold_log(instance):
-    """The text of the gate's hold log (its KVS key), "" while there is none."""
+    """The text of the gate's hold log as its load reads it, its KVS key
+    then its segments in order, "" while there is none."""
     done = instance.flux("kvs", "get", KEY, check=False)
-    return done.stdout if done.returncode == 0 else ""
+    text = done.stdout if done.returncode == 0 else ""
+    return text + "".join(value for _, value in segments(instance))
+
+
+def segments(instance):
+    """The hold log's segments: ``[(n, text)]`` in order."""
+    done = instance.flux("kvs", "ls", "-1", SEGMENTS, check=False)
+    if done.returncode != 0:
+        return []
+    numbers = sorted(int(name.rstrip(".")) for name in done.stdout.split())
+    return [(n, instance.flux("kvs", "get", segment_key(n)).stdout) for n in numbers]
 
 
 def recorded(instance):

@@ -125,9 +125,18 @@ KEY = "epilog-gate.holds"
 #: an active hold is recovered from the job's eventlog alone.
 MARKER = "epilog_gate"
 
-#: Appends between snapshots.  Each append adds a reference to the key's
-#: value, which the KVS rewrites on every append.
+#: Appends to one key of the log.  Each append adds a reference to the
+#: key's value, which the KVS rewrites on every append.
 MAX_APPENDS = 256
+
+#: Bytes of the last snapshot past which a key that took
+#: :data:`MAX_APPENDS` appends is followed by a new segment rather than
+#: by a snapshot: a smaller snapshot costs less than a segment's keys.
+SEGMENT_FLOOR = 128 * 1024
+
+#: Segments at most between two snapshots: the directory of the
+#: segments, rewritten on every append, holds a reference to each.
+MAX_SEGMENTS = 64
 
 #: Bytes of the value past which the next commit is a snapshot (unless
 #: the last snapshot was more than half of that: then twice its size).
@@ -151,6 +160,11 @@ RETRY_DELAY = 1.0
 #: parts, before it replaces :data:`KEY`.
 SIDE_KEY = KEY + "-next"
 
+#: The KVS directory of the log's segments: segment ``n`` (1, 2, ...)
+#: is the value :func:`segment_key` names, in a directory of its own, so
+#: that a full segment is one reference in :data:`SEGMENTS`.
+SEGMENTS = KEY + "-segments"
+
 #: Bytes of a snapshot written in one commit (the ``snapshot-chunk``
 #: option): libkvs encodes a commit in the job-manager's thread, some
 #: 10 ms for this much on a loaded machine.
@@ -171,6 +185,27 @@ class NotConfirmed(OSError):
             "epilog-gate was unloaded before the record was committed: "
             "the request may have taken effect, send it again",
         )
+
+
+def segment_key(n):
+    """The key of segment ``n`` of the log (0: :data:`KEY`)."""
+    return KEY if n == 0 else f"{SEGMENTS}.{n}.log"
+
+
+def read_segments(port):
+    """The segments of the log found in the KVS, in order, as a list of
+    ``(n, bytes)`` (empty if there are none).  Raises OSError if one
+    cannot be read, ValueError if :data:`SEGMENTS` holds a name that is
+    not a segment's (the gate writes no other)."""
+    names = port.kvs_dir(SEGMENTS)
+    if names is None:
+        return []
+    numbers = []
+    for name in names:
+        if not (name.isdecimal() and name.isascii() and name[0] != "0"):
+            raise ValueError(f"{SEGMENTS}.{name} is not a segment of the log")
+        numbers.append(int(name))
+    return [(n, port.kvs_get(segment_key(n)) or b"") for n in sorted(numbers)]
 
 
 def hold_entry(hold):
@@ -389,7 +424,11 @@ class HoldLog:
         # Records a previous plugin instance could not confirm.
         self.unconfirmed = []
         self.sync = True
+        # Appends to the open segment (0: KEY itself), and whether
+        # SEGMENTS may hold segments (the next snapshot removes them).
         self.appends = 0
+        self.segment = 0
+        self.segments_left = False
         self.commits = 0
         # Bytes of the value as this gate wrote it (or read it at load),
         # and of the last snapshot.
@@ -489,11 +528,22 @@ class HoldLog:
             self._answer(waiters or (), None)
             return
         text = "".join(self.sent)
+        key = self._open_key()
         self.appends += 1
         self.size += len(text)
-        self._send_text(text, True)
+        self._send_text(key, text, True)
 
-    def _send_text(self, text, append):
+    def _open_key(self):
+        """The key the next batch is appended to: the open segment, or a
+        new one if it took :data:`MAX_APPENDS` appends (and :meth:`_due`
+        found no snapshot due)."""
+        if self.appends >= MAX_APPENDS:
+            self.segment += 1
+            self.appends = 0
+            self.segments_left = True
+        return KEY if self.segment == 0 else segment_key(self.segment)
+
+    def _send_text(self, key, text, append):
         callback = self._committed
         if not append:
             self.appends = 0
@@ -501,42 +551,49 @@ class HoldLog:
             callback = self._snapshot_committed
         self.commits += 1
         try:
-            self.port.kvs_commit(KEY, text, append, callback, sync=self.sync)
+            self.port.kvs_commit(key, text, append, callback, sync=self.sync)
         except OSError as exc:
             self._committed(exc)
 
     def _snapshot_committed(self, error):
+        if error is None:
+            self._replaced()
         self._committed(error)
         if error is None:
             self._snapshot_done()
 
+    def _replaced(self):
+        """A snapshot is the whole log: KEY is the open key again, and
+        neither SEGMENTS nor SIDE_KEY holds anything."""
+        self.segment = 0
+        self.segments_left = self.side_left = False
+
     def _send_whole(self, text):
         """Send a snapshot in one commit."""
-        if not self.side_left:
-            self._send_text(text, False)
+        ops = [("put", KEY, text)]
+        if self.side_left:
+            ops.append(("unlink", SIDE_KEY, None))
+        if self.segments_left:
+            ops.append(("unlink", SEGMENTS, None))
+        if len(ops) == 1:
+            self._send_text(KEY, text, False)
             return
         self.appends = 0
         self.size = self.snapshot_size = len(text)
         self.commits += 1
-
-        def done(error):
-            if error is None:
-                self.side_left = False
-            self._committed(error)
-            if error is None:
-                self._snapshot_done()
-
-        self._commit_ops(
-            [("put", KEY, text), ("unlink", SIDE_KEY, None)], done, self.sync
-        )
+        self._commit_ops(ops, self._snapshot_committed, self.sync)
 
     def _due(self):
-        """True if the next commit should be a snapshot (by count or by
-        bytes: the KVS rewrites the value's references on every append)."""
-        return (
-            self.replace
-            or self.appends >= MAX_APPENDS
-            or self.size >= max(MAX_BYTES, 2 * self.snapshot_size)
+        """True if the next commit should be a snapshot: by bytes (at
+        most as many appended since the last one as it took), or once the
+        open key took :data:`MAX_APPENDS` appends (the KVS rewrites a
+        value's references on every append) if the snapshot is small or
+        :data:`MAX_SEGMENTS` segments follow it; else the next batch
+        opens a new segment."""
+        if self.replace or self.size >= max(MAX_BYTES, 2 * self.snapshot_size):
+            return True
+        return self.appends >= MAX_APPENDS and (
+            self.snapshot_size < SEGMENT_FLOOR or self.segment >= MAX_SEGMENTS
         )
 
     # Snapshots in parts
@@ -582,7 +639,8 @@ class HoldLog:
         ops = list(snap.part)
         if self.sent:
             batch = "".join(self.sent)
-            ops.append(("append", KEY, batch))
+            # To the open key, full or not: the swap removes the segments.
+            ops.append(("append", segment_key(self.segment), batch))
             self.appends += 1
             self.size += len(batch)
         self.commits += 1
@@ -641,6 +699,8 @@ class HoldLog:
         if tail:
             snap.swap.append(("append", KEY, tail))
         snap.swap.append(("unlink", SIDE_KEY, None))
+        if self.segments_left:
+            snap.swap.append(("unlink", SEGMENTS, None))
         snap.written += len(tail)
         self._send_swap(snap)
 
@@ -652,7 +712,7 @@ class HoldLog:
         if error is None:
             if snap is self.snap:
                 self.snap = None
-            self.side_left = False
+            self._replaced()
             self.appends = 0
             self.size = self.snapshot_size = snap.written
         elif snap is self.snap and not (error.errno == errno.ENOSYS and self.sync):
@@ -744,7 +804,7 @@ class HoldLog:
             return False
         self.port.log(
             syslog.LOG_ERR,
-            f"{KEY} is not a value ({error.strerror}): "
+            f"{segment_key(self.segment)} is not a value ({error.strerror}): "
             "replacing it with a snapshot of the current holds",
         )
         self.replace = True
@@ -775,14 +835,33 @@ class HoldLog:
             self.snap = None
             self.side_left = True
         if self.lines:
+            # To the open key: the next instance decides what comes next.
+            key = segment_key(self.segment)
+            self.appends += 1
             try:
                 self.port.kvs_commit(
-                    KEY, "".join(self.lines), True, lambda error: None, sync=self.sync
+                    key, "".join(self.lines), True, lambda error: None, sync=self.sync
                 )
             except OSError as exc:
                 self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {exc}")
         self.lines, self.waiters, self.sent, self.inflight = [], [], [], None
         self._answer(waiters, NotConfirmed())
+
+    def found(self, size, base, last):
+        """The load found the log ``size`` bytes long, ``base`` of them
+        in :data:`KEY`, with segments up to ``last`` (0: none), or
+        segments it could not read (``last`` is None): those are
+        replaced by a snapshot at the next commit."""
+        self.size = size
+        if last is None:
+            self.segments_left = True
+            self.size = max(size, MAX_BYTES)
+        elif last > 0:
+            # Segments follow a snapshot only: KEY is one.  Appends go
+            # after every record found.
+            self.snapshot_size = base
+            self.segment = last + 1
+            self.segments_left = True
 
     def resume(self, port):
         """The next plugin instance takes the log over: write again what

@@ -24,7 +24,7 @@ Plain Python: the job-manager is reached through the gate's port
 import syslog
 from collections import deque
 
-from .holdlog import KEY
+from .holdlog import KEY, SEGMENTS, read_segments
 from .logparse import parse
 from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
 
@@ -34,20 +34,28 @@ SKIPPED_LOGGED = 20
 
 
 def read_log(port):
-    """Read the hold log: ``(jobs, size)``, ``jobs`` its entries by job
-    (see :func:`flux_epilog_gate.gate.logparse.parse`), or None if the log
+    """Read the hold log, :data:`KEY` and its segments: ``(jobs, size,
+    base, last)``, ``jobs`` its entries by job (see
+    :func:`flux_epilog_gate.gate.logparse.parse`), or None if the log
     cannot be read (then every job that may be at its epilog point is
-    recovered from its eventlog), and ``size`` the bytes of its value
-    (None if the key does not exist).
+    recovered from its eventlog); ``size`` the bytes of its values (None
+    if there are none), ``base`` those of :data:`KEY`; ``last`` the
+    number of its last segment (0: no segment), None if the segments
+    could not be read.
     Each line that is not an entry is logged, naming it.  Never raises."""
     try:
         data = port.kvs_get(KEY)
     except Exception as exc:  # noqa: BLE001 - the load must go on
-        port.log(
-            syslog.LOG_ERR,
-            f"reading {KEY}: {exc}: recovering every job from its eventlog",
-        )
-        return None, 0
+        _unreadable(port, KEY, exc)
+        return None, 0, 0, _no_segments(port)
+    try:
+        segments = read_segments(port)
+    except Exception as exc:  # noqa: BLE001 - the load must go on
+        _unreadable(port, SEGMENTS, exc)
+        return None, len(data or b""), len(data or b""), None
+    base = len(data or b"")
+    if segments:
+        data = _joined([data or b""] + [text for _, text in segments])
     jobs, skipped = parse(data)
     for bad in skipped[:SKIPPED_LOGGED]:
         port.log(syslog.LOG_ERR, f"{KEY}: skipped {bad}")
@@ -57,7 +65,30 @@ def read_log(port):
             f"{KEY}: skipped {len(skipped) - SKIPPED_LOGGED} more lines "
             f"({len(skipped)} in all) that are not hold log entries",
         )
-    return jobs, (None if data is None else len(data))
+    last = segments[-1][0] if segments else 0
+    return jobs, (None if data is None else len(data)), base, last
+
+
+def _unreadable(port, key, exc):
+    port.log(
+        syslog.LOG_ERR,
+        f"reading {key}: {exc}: recovering every job from its eventlog",
+    )
+
+
+def _no_segments(port):
+    """0 if the log has no segments, else None (they are not read: the
+    log's key could not be)."""
+    try:
+        return 0 if port.kvs_dir(SEGMENTS) is None else None
+    except Exception:  # noqa: BLE001 - then they are replaced
+        return None
+
+
+def _joined(values):
+    """The values of the log's keys as one text: a value that does not
+    end a line (written by another hand) does not run into the next."""
+    return b"".join(v if v.endswith(b"\n") or not v else v + b"\n" for v in values)
 
 
 class Load:
@@ -82,8 +113,9 @@ class Load:
         #: Entries of the hold log by job, or None if it could not be read.
         self.log = {}
         self.log_size = 0
+        self.log_base = self.log_last = 0
         if carried is None or self.partial or carried.jobs.recovering():
-            self.log, self.log_size = read_log(port)
+            self.log, self.log_size, self.log_base, self.log_last = read_log(port)
             self.log_size = self.log_size or 0
         # Jobs the job-manager sent job.new for (a carried gate forgets
         # the others: they went inactive while no plugin was loaded).
@@ -105,8 +137,8 @@ class Load:
             self.gate = self.carried
         else:
             self.gate = Gate(self.port)
-            # The value as found: a large one is replaced by a snapshot.
-            self.gate.holdlog.size = self.log_size
+            # The log as found: a large one is replaced by a snapshot.
+            self.gate.holdlog.found(self.log_size, self.log_base, self.log_last)
         self.gate.reconfigure(config)
         return self.gate
 

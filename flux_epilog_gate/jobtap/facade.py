@@ -339,6 +339,34 @@ class Jobtap:
             return b""
         return bytes(flux_ffi.buffer(data[0], size[0]))
 
+    def kvs_dir(self, key):
+        """The names in KVS directory ``key``, waited for (for the load
+        only, like :meth:`kvs_get`): None if there is no such key; raises
+        OSError on any other failure (ENOTDIR: it is a value)."""
+        future = Future(
+            raw.flux_kvs_lookup(
+                self.flux.handle,
+                flux_ffi.NULL,
+                flux.constants.FLUX_KVS_READDIR,
+                key.encode(),
+            )
+        )
+        directory = flux_ffi.new("const flux_kvsdir_t *[1]")
+        try:
+            raw.flux_kvs_lookup_get_dir(future.pimpl.handle, directory)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                return None
+            raise
+        names = []
+        iterator = raw.flux_kvsitr_create(directory[0])
+        try:
+            while (name := raw.flux_kvsitr_next(iterator)) not in (None, flux_ffi.NULL):
+                names.append(name.decode("utf-8", "surrogateescape"))
+        finally:
+            raw.flux_kvsitr_destroy(iterator)
+        return names
+
     def read_kvs(self, key, callback):
         """Look up KVS ``key`` without blocking; later call
         ``callback(data, error)`` exactly once: the value as bytes (``b""``

@@ -470,6 +470,7 @@ class EpilogGatePlugin(GateDriver):
                 pending=gate.holdlog.waiting(),
                 gone=len(gate.gone),
                 log_commits=gate.holdlog.commits,
+                log_segment=gate.holdlog.segment,
                 gc_freezes=FREEZER.freezes,
                 gc_frozen=FREEZER.frozen(),
             ),

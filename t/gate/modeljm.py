@@ -499,6 +499,40 @@ class JobtapPort:
 
         self.jm.kvs.commit(apply, sync, answer)
 
+    def kvs_commit_ops(self, ops, callback, sync=False):
+        """As Jobtap.kvs_commit_ops, for puts, appends and unlinks (the
+        model's snapshots fit one commit)."""
+
+        def apply(data):
+            for op, key, value in ops:
+                if op == "put":
+                    data[key] = value
+                elif op == "append":
+                    data[key] = data.get(key, "") + value
+                elif op == "unlink":
+                    for name in [
+                        k for k in data if k == key or k.startswith(key + ".")
+                    ]:
+                        del data[name]
+                else:
+                    raise ValueError(f"{op!r}: not in the model")
+
+        def answer(error):
+            if self.open:
+                callback(error)
+
+        self.jm.kvs.commit(apply, sync, answer)
+
+    def kvs_dir(self, key):
+        """As Jobtap.kvs_dir: the names in directory ``key``."""
+        data = self.jm.kvs.data
+        if key in data:
+            raise _oserror(errno.ENOTDIR)
+        names = {
+            k[len(key) + 1 :].split(".")[0] for k in data if k.startswith(key + ".")
+        }
+        return sorted(names) or None
+
     def send_activation(self, sink, activation):
         if not self.open or not sink.open:
             return False

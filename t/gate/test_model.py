@@ -56,6 +56,12 @@ CHURN = "churn"
 #: MAX_APPENDS): small, so that snapshots come amid ordinary traffic.
 SNAPSHOT_EVERY = 8
 
+#: Bytes of a snapshot past which the log goes on in a new segment, and
+#: segments between snapshots (holdlog.py's SEGMENT_FLOOR, MAX_SEGMENTS):
+#: a snapshot of two holds or more is followed by segments.
+SEGMENT_FLOOR = 200
+SEGMENTS = 3
+
 MAX_JOBS = 3
 USER = 1000
 #: A soak (GATE_MODEL_EXAMPLES set) draws new sequences each run; the
@@ -144,11 +150,16 @@ class GateModel(RuleBasedStateMachine):
         self.sinks = []
         self.violations = []
         self.driver = None
-        self.max_appends, holdlog.MAX_APPENDS = holdlog.MAX_APPENDS, SNAPSHOT_EVERY
+        self.limits = (holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS)
+        holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = (
+            SNAPSHOT_EVERY,
+            SEGMENT_FLOOR,
+            SEGMENTS,
+        )
         self._load(Carried())
 
     def teardown(self):
-        holdlog.MAX_APPENDS = self.max_appends
+        holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = self.limits
 
     # Observing the job-manager (called by FakeJobManager)
 

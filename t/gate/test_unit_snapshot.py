@@ -45,7 +45,7 @@ def gate_holds(gate):
 
 
 def logged(port):
-    return replayed(port.kvs.get(KEY, ""))
+    return replayed(port.hold_log())
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
-from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY
+from flux_epilog_gate.gate.holdlog import SEGMENTS, SIDE_KEY
 
 from .test_unit_snapshot import gate_holds, replayed
 
@@ -30,12 +30,20 @@ JOBS = st.integers(min_value=1, max_value=8)
 DESCRIPTIONS = st.sampled_from(["a", "b"])
 USER = 1000
 
+#: holdlog.py's MAX_APPENDS, SEGMENT_FLOOR and MAX_SEGMENTS for the run:
+#: a snapshot of three holds or more is followed by segments of four
+#: appends, three of them at most, so that segments come and go amid the
+#: parts of snapshots.
+LIMITS = (4, 300, 3)
+
 
 class SnapshotMachine(RuleBasedStateMachine):
     def __init__(self):
         super().__init__()
         from fakeport import FakePort
 
+        self.limits = (holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS)
+        holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = LIMITS
         self.port = FakePort()
         self.gate = Gate(self.port)
         # A part is an entry or two: snapshots of a few holds have parts.
@@ -129,6 +137,8 @@ class SnapshotMachine(RuleBasedStateMachine):
         answered to it) and loaded again."""
         if self.gate.holdlog.snap is not None:
             event("reload during a snapshot")
+        if self.gate.holdlog.segment:
+            event("reload with segments")
         self.gate.suspend()
         self.port.orphan()
         self.gate.attach(self.port)
@@ -141,12 +151,12 @@ class SnapshotMachine(RuleBasedStateMachine):
 
     @invariant()
     def the_log_and_what_is_not_durable_yet_are_the_holds(self):
-        text = self.port.kvs.get(KEY, "") + "".join(self.undurable())
+        text = self.port.hold_log() + "".join(self.undurable())
         assert replayed(text) == gate_holds(self.gate)
 
     @invariant()
     def every_acknowledged_hold_is_in_the_log(self):
-        logged = replayed(self.port.kvs.get(KEY, ""))
+        logged = replayed(self.port.hold_log())
         for hold, key in self.acknowledged.items():
             job = self.gate.jobs.get(key[0])
             if job is not None and job.holds.get(key[1]) is hold:
@@ -154,10 +164,12 @@ class SnapshotMachine(RuleBasedStateMachine):
 
     def teardown(self):
         port, gate = self.port, self.gate
+        holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = self.limits
         # Everything answered, no failure.
         drain(port)
-        assert replayed(port.kvs.get(KEY, "")) == gate_holds(gate)
-        # One more snapshot, to its end: the side key goes.
+        assert replayed(port.hold_log()) == gate_holds(gate)
+        # One more snapshot, to its end: the side key goes, and so do
+        # the segments.
         gate.holdlog.appends = holdlog.MAX_APPENDS
         port.add_job(99, SCHED, USER)
         self.tick()
@@ -165,7 +177,8 @@ class SnapshotMachine(RuleBasedStateMachine):
         drain(port)
         assert gate.holdlog.snap is None
         assert SIDE_KEY not in port.kvs
-        assert replayed(port.kvs[KEY]) == gate_holds(gate)
+        assert port.kvs_dir(SEGMENTS) is None
+        assert replayed(port.hold_log()) == gate_holds(gate)
 
 
 def drain(port, limit=10000):

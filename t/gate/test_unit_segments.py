@@ -1,0 +1,290 @@
+"""Unit tests of the hold log's segments (holdlog.py, "Segments"), no
+broker: the KVS is the FakePort's dict, whose keys are paths.
+
+Once the last snapshot is larger than SEGMENT_FLOOR, a key that took
+MAX_APPENDS appends is followed by a new segment instead of a snapshot;
+the next snapshot (by bytes, or after MAX_SEGMENTS segments) removes
+them all.  The load reads the log's key, then its segments in order.
+"""
+
+import errno
+import syslog
+
+import pytest
+from fakeport import FakePort
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from logstrategies import hold_logs
+
+from flux_epilog_gate.gate import SCHED, Gate, holdlog
+from flux_epilog_gate.gate.config import Config
+from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, segment_key
+from flux_epilog_gate.gate.loader import Load
+
+from .test_unit_snapshot import gate_holds, replayed
+from .unitgate import USER
+
+JOBS = (11, 12, 13, 14)
+
+
+@pytest.fixture
+def small(monkeypatch):
+    """Limits small enough for a few holds: a snapshot of more than 300
+    bytes (three holds) is followed by segments of four appends, three
+    segments at most."""
+    monkeypatch.setattr(holdlog, "MAX_APPENDS", 4)
+    monkeypatch.setattr(holdlog, "SEGMENT_FLOOR", 300)
+    monkeypatch.setattr(holdlog, "MAX_SEGMENTS", 3)
+
+
+def errors(port):
+    return [text for level, text in port.logs if level == syslog.LOG_ERR]
+
+
+def hold(port, gate, jobid, description="bb"):
+    if jobid not in port.jobs:
+        port.add_job(jobid, SCHED, USER)
+    return gate.hold(jobid, description, done=lambda h, error: None)[0]
+
+
+def snapshotted(port, gate):
+    """A gate whose last snapshot holds five holds (over 300 bytes)."""
+    for jobid in range(1, 5):
+        hold(port, gate, jobid)
+    gate.holdlog.appends = holdlog.MAX_APPENDS
+    hold(port, gate, 5)
+    assert gate.holdlog.snapshot_size > holdlog.SEGMENT_FLOOR
+    assert gate.holdlog.appends == 0 and gate.holdlog.segment == 0
+    return gate
+
+
+def churn(port, gate, appends, jobid=50):
+    """``appends`` commits of one record each: holds and cancels."""
+    for k in range(appends):
+        if k % 2 == 0:
+            hold(port, gate, jobid, "churn")
+        else:
+            gate.release(jobid, "churn", 0, done=lambda *args: None)
+
+
+def keys_written(port):
+    return [key for key, _, _ in port.commits]
+
+
+def load(port):
+    loading = Load(port)
+    gate = loading.begin(Config())
+    for jobid, job in port.jobs.items():
+        loading.on_new(jobid, job.state, USER)
+    loading.loaded()
+    return loading, gate
+
+
+# Writing
+
+
+def test_a_full_key_after_a_large_snapshot_is_followed_by_a_segment(port, small):
+    gate = snapshotted(port, Gate(port))
+    before = port.kvs[KEY]
+    churn(port, gate, holdlog.MAX_APPENDS + 1)
+    assert keys_written(port)[-holdlog.MAX_APPENDS - 1 :] == [KEY] * 4 + [
+        segment_key(1)
+    ]
+    assert port.kvs[KEY].startswith(before)
+    assert port.kvs_dir(SEGMENTS) == ["1"]
+    assert replayed(port.hold_log()) == gate_holds(gate)
+
+
+def test_a_small_snapshot_is_not_followed_by_segments(port, small):
+    gate = Gate(port)
+    hold(port, gate, 1)
+    gate.holdlog.appends = holdlog.MAX_APPENDS
+    hold(port, gate, 2)
+    churn(port, gate, holdlog.MAX_APPENDS * 3)
+    assert port.kvs_dir(SEGMENTS) is None
+    assert set(keys_written(port)) == {KEY}
+
+
+def test_the_snapshot_after_max_segments_removes_them(port, small):
+    gate = snapshotted(port, Gate(port))
+    churn(port, gate, holdlog.MAX_APPENDS * (holdlog.MAX_SEGMENTS + 1))
+    assert port.kvs_dir(SEGMENTS) == ["1", "2", "3"]
+    txns = len(port.txns)
+    churn(port, gate, 1)
+    (snapshot,) = port.txns[txns:]
+    assert [(op, key) for op, key, _ in snapshot] == [
+        ("put", KEY),
+        ("unlink", SEGMENTS),
+    ]
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == gate_holds(gate)
+    assert gate.holdlog.segment == 0 and not gate.holdlog.segments_left
+
+
+def test_a_snapshot_by_bytes_removes_the_segments(port, small, monkeypatch):
+    gate = snapshotted(port, Gate(port))
+    churn(port, gate, holdlog.MAX_APPENDS + 1)
+    assert port.kvs_dir(SEGMENTS) == ["1"]
+    # The log as long as MAX_BYTES: the next commit is a snapshot.
+    gate.holdlog.size = holdlog.MAX_BYTES
+    hold(port, gate, 60)
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == gate_holds(gate)
+
+
+def test_a_failed_snapshot_keeps_appending_after_the_segments(port, small):
+    gate = snapshotted(port, Gate(port))
+    churn(port, gate, holdlog.MAX_APPENDS * (holdlog.MAX_SEGMENTS + 1))
+    port.defer_commits = True
+    churn(port, gate, 1)
+    port.complete_commit(errno.EIO)
+    port.defer_commits = False
+    port.advance(holdlog.RETRY_DELAY)
+    # The records go again after the segments, not to the log's key.
+    assert port.commits[-1][0] == segment_key(holdlog.MAX_SEGMENTS)
+    assert replayed(port.hold_log()) == gate_holds(gate)
+
+
+def test_a_segment_that_is_not_a_value_is_replaced_by_a_snapshot(port, small):
+    gate = snapshotted(port, Gate(port))
+    churn(port, gate, holdlog.MAX_APPENDS + 1)
+    port.kvs[segment_key(1) + ".x"] = "in the way"
+    del port.kvs[segment_key(1)]
+    churn(port, gate, 1, jobid=51)
+    (line,) = [t for t in errors(port) if "is not a value" in t]
+    assert line.startswith(segment_key(1))
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == gate_holds(gate)
+
+
+# Reading
+
+
+def test_a_load_reads_the_segments_in_order_and_appends_after_them(port, small):
+    gate = snapshotted(port, Gate(port))
+    churn(port, gate, holdlog.MAX_APPENDS * 2 + 1)
+    hold(port, gate, 70, "late")
+    assert port.kvs_dir(SEGMENTS) == ["1", "2"]
+    expected = gate_holds(gate)
+    fresh = FakePort()
+    fresh.kvs = dict(port.kvs)
+    for jobid, job in port.jobs.items():
+        fresh.add_job(jobid, job.state, USER)
+    loading, again = load(fresh)
+    assert loading.ready and gate_holds(again) == expected
+    assert again.holdlog.segment == 3 and again.holdlog.segments_left
+    hold(fresh, again, 71)
+    assert keys_written(fresh) == [segment_key(3)]
+
+
+def test_segments_ten_and_up_come_after_nine(port):
+    port.kvs[KEY] = ""
+    for n, jobid in ((10, 12), (9, 11)):
+        port.kvs[segment_key(n)] = (
+            f'{{"timestamp":{100.0 + n},"name":"epilog_gate.hold",'
+            f'"context":{{"id":{jobid},"description":"s{n}"}}}}\n'
+        )
+    port.kvs[segment_key(10)] += (
+        '{"timestamp":110.5,"name":"epilog_gate.cancel",'
+        '"context":{"id":11,"description":"s9"}}\n'
+    )
+    port.add_job(11, SCHED, USER)
+    port.add_job(12, SCHED, USER)
+    loading, gate = load(port)
+    assert gate_holds(gate) == {(12, "s10")}
+    assert gate.holdlog.segment == 11
+
+
+@pytest.mark.parametrize(
+    "shape",
+    ["a name that is no number", "a leading zero", "a value", "a segment dir"],
+)
+def test_segments_that_cannot_be_read_recover_from_eventlogs(port, shape):
+    port.kvs[KEY] = ""
+    if shape == "a value":
+        port.kvs[SEGMENTS] = "junk"
+    elif shape == "a segment dir":
+        port.kvs[segment_key(1) + ".inner"] = "junk"
+    else:
+        name = "x1" if shape == "a name that is no number" else "01"
+        port.kvs[f"{SEGMENTS}.{name}.log"] = "junk"
+    port.add_job(11, SCHED, USER)
+    loading, gate = load(port)
+    assert loading.ready and loading.log is None
+    assert any(f"reading {SEGMENTS}" in text for text in errors(port))
+    # The next commit is a snapshot that removes them.
+    hold(port, gate, 11)
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == {(11, "bb")}
+
+
+def test_a_log_key_that_cannot_be_read_with_segments_is_replaced(port):
+    port.kvs[KEY + ".inner"] = "a directory"
+    port.kvs[segment_key(1)] = "junk\n"
+    port.add_job(11, SCHED, USER)
+    loading, gate = load(port)
+    assert loading.log is None
+    hold(port, gate, 11)
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == {(11, "bb")}
+
+
+def _split(data, cuts):
+    """``data`` cut after the lines whose indexes are in ``cuts``."""
+    lines = data.splitlines(keepends=True)
+    pieces, start = [], 0
+    for cut in sorted(set(c % (len(lines) + 1) for c in cuts)) + [len(lines)]:
+        pieces.append(b"".join(lines[start:cut]))
+        start = cut
+    return pieces
+
+
+SETTINGS = settings(
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+
+
+@SETTINGS
+@given(
+    hold_logs(JOBS),
+    st.lists(st.integers(min_value=0, max_value=50), max_size=6),
+    st.lists(
+        st.integers(min_value=1, max_value=10**6), min_size=7, max_size=7, unique=True
+    ),
+)
+def test_a_log_in_segments_loads_as_the_same_log_in_one_key(log, cuts, numbers):
+    data, _ = log
+    whole = FakePort()
+    whole.kvs[KEY] = data
+    split = FakePort()
+    first, *rest = _split(data, cuts)
+    split.kvs[KEY] = first
+    for n, piece in zip(sorted(set(numbers))[: len(rest)], rest):
+        split.kvs[segment_key(n)] = piece
+    for port in (whole, split):
+        for jobid in JOBS:
+            port.add_job(jobid, SCHED, USER)
+    _, expected = load(whole)
+    loading, gate = load(split)
+    assert loading.ready
+    assert gate_holds(gate) == gate_holds(expected)
+
+
+@SETTINGS
+@given(st.dictionaries(st.text(max_size=12), st.binary(max_size=200), max_size=6))
+def test_whatever_the_segments_hold_a_load_never_fails(segments):
+    port = FakePort()
+    port.kvs[KEY] = ""
+    for name, value in segments.items():
+        port.kvs[f"{SEGMENTS}.{name}"] = value
+    port.add_job(11, SCHED, USER)
+    loading, gate = load(port)
+    assert loading.ready
+    hold(port, gate, 11)
+    again = FakePort()
+    again.kvs = dict(port.kvs)
+    again.add_job(11, SCHED, USER)
+    _, reloaded = load(again)
+    assert (11, "bb") in gate_holds(reloaded)

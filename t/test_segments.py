@@ -1,0 +1,122 @@
+"""The hold log's segments under a real job-manager (holdlog.py,
+"Segments").
+
+Some 2,600 pending holds make a log whose snapshot is larger than
+SEGMENT_FLOOR; then commits one at a time fill its key, and the log
+goes on in segments (``epilog-gate.holds-segments.N.log``) instead of
+being snapshotted every MAX_APPENDS appends.  Checked: a SIGKILL
+and a restart recover every hold from the key and its segments, the
+load appends after the last segment it found, and the next snapshot
+(by bytes) removes every segment.
+"""
+
+import flux.job
+import flux.kvs
+import pytest
+from flux.job import JobspecV1
+from jobs import hold_log, query, segments
+
+from flux_epilog_gate import EpilogGate
+from flux_epilog_gate.gate.holdlog import MAX_APPENDS, SEGMENTS, parse
+from flux_epilog_gate.gate.holds import HOLD_EVENT
+
+#: Jobs of each set, and holds of each job (max-holds at its maximum).
+JOBS = 13
+HOLDS = 200
+#: Only the gate's own syncs checkpoint during a test.
+CONFIG = '\n[kvs]\ncheckpoint-period = "1h"\n'
+
+
+@pytest.fixture
+def inst(new_instance):
+    return new_instance(config=CONFIG, plugin_conf={"max-holds": HOLDS})
+
+
+def waiting_jobs(handle, count):
+    spec = JobspecV1.from_command(["true"]).dumps()
+    futures = [flux.job.submit_async(handle, spec, urgency=0) for _ in range(count)]
+    return [int(f.get_id()) for f in futures]
+
+
+def requests(gate, calls, window=500):
+    """Each ``(method, jobid, description)`` of ``calls``, ``window`` in
+    flight; their answers."""
+    answers = []
+    for start in range(0, len(calls), window):
+        futures = [
+            getattr(gate, f"{method}_async")(jobid, description)
+            for method, jobid, description in calls[start : start + window]
+        ]
+        answers.extend(future.get() for future in futures)
+    return answers
+
+
+def holds_on(jobids):
+    return {(jobid, f"d{k}") for jobid in jobids for k in range(HOLDS)}
+
+
+def listed(gate):
+    return {(h["id"], h["description"]) for h in gate.list()}
+
+
+def segment(inst):
+    return query(inst)["counters"]["log_segment"]
+
+
+def logged(inst):
+    """The holds the log leaves, each job's entries replayed in time
+    order as recovery does."""
+    held = set()
+    for jobid, entries in parse(hold_log(inst))[0].items():
+        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
+            key = (jobid, context["description"])
+            if name == HOLD_EVENT:
+                held.add(key)
+            else:
+                held.discard(key)
+    return held
+
+
+def restart(inst):
+    inst.kill()
+    inst.start()
+    handle = inst.handle()
+    return handle, EpilogGate(handle)
+
+
+def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    first = waiting_jobs(handle, JOBS)
+    spare = waiting_jobs(handle, 1)[0]
+    requests(gate, [("hold", j, d) for j, d in sorted(holds_on(first))])
+    # One commit at a time until the log's key is full: a segment follows.
+    for _ in range(3 * MAX_APPENDS // 32):
+        if segment(inst) >= 1:
+            break
+        for _ in range(16):
+            gate.hold(spare, "churn")
+            gate.release(spare, "churn")
+    assert segment(inst) >= 1
+    assert [n for n, _ in segments(inst)] == list(range(1, segment(inst) + 1))
+    assert logged(inst) == listed(gate) == holds_on(first)
+    last = segment(inst)
+
+    handle, gate = restart(inst)
+    assert listed(gate) == holds_on(first)
+    # The load appends after the last segment it found.
+    assert segment(inst) == last + 1
+    gate.hold(spare, "after")
+    assert [n for n, _ in segments(inst)][-1] == last + 1
+
+    # As many bytes again as the snapshot: the next snapshot removes them.
+    second = waiting_jobs(handle, JOBS)
+    requests(gate, [("release", j, d) for j, d in sorted(holds_on(first))])
+    requests(gate, [("hold", j, d) for j, d in sorted(holds_on(second))])
+    gate.release(spare, "after")
+    assert segment(inst) == 0 and not flux.kvs.exists(handle, SEGMENTS)
+    assert logged(inst) == listed(gate) == holds_on(second)
+
+    handle, gate = restart(inst)
+    assert listed(gate) == holds_on(second)
+    requests(gate, [("release", j, d) for j, d in sorted(holds_on(second))])
