@@ -148,6 +148,11 @@ class Client:
     def release(self, jobid, description=DESCRIPTION):
         self._send(f"{self.service}.release", {"id": jobid, "description": description})
 
+    def snapshot(self):
+        """Ask the gate for a snapshot of its hold log (answered once it
+        has replaced the log)."""
+        self._send(f"{self.service}.snapshot", {})
+
     def cancel(self, jobid):
         self._send(
             "job-manager.raise",

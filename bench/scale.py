@@ -148,8 +148,9 @@ SIZES = (1000, 3000, 10000, 30000, 100000)
 HOLD_WINDOW = 1000
 
 #: Pairs of a hold and its release, each pair waiting for its answers,
-#: that the snapshot probe sends: each is its own hold-log commit, so the
-#: probe crosses MAX_APPENDS (256) appends and the log is rewritten whole.
+#: that the snapshot probe sends, half before and half after its
+#: snapshot request: each is its own hold-log commit, so the snapshot
+#: (in parts, past 128 KiB) is written amid ordinary traffic.
 PROBE_PAIRS = 150
 
 
@@ -239,16 +240,26 @@ def snapshot_stall(inst, client, probe):
     """The longest gap (ms) between two answers of the job-manager to a
     stream of pings (one in flight at a time, from a process of its own)
     while ``probe`` jobs are each held and released, each request
-    waiting for its answer; and the longest gap in as long a stretch
-    without them."""
+    waiting for its answer, and the hold log is snapshotted (the
+    ``snapshot`` request, between the two halves of the probe: past its
+    first snapshot of 128 KiB the gate makes the next one by bytes, not
+    within a few hundred commits); and the longest gap in as long a
+    stretch without them."""
     quiet = ping_gaps(inst, lambda: time.sleep(1.0))
 
-    def drive():
-        for jobid in probe:
+    def pairs(jobids):
+        for jobid in jobids:
             client.hold(jobid)
             client.drain_responses()
             client.release(jobid)
             client.drain_responses()
+
+    def drive():
+        half = len(probe) // 2
+        pairs(probe[:half])
+        client.snapshot()
+        client.drain_responses(timeout=300)
+        pairs(probe[half:])
 
     busy = ping_gaps(inst, drive)
     return max(busy), max(quiet)

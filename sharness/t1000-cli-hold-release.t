@@ -224,6 +224,20 @@ test_expect_success 'a guest lists no holds of jobs it does not own' '
 	as_guest flux-epilog-gate list --json >guest.json &&
 	jq -e "length == 0" guest.json
 '
+test_expect_success 'a guest may not snapshot the hold log' '
+	test_must_fail as_guest flux-epilog-gate snapshot 2>guest3.err &&
+	grep "only the instance owner may snapshot" guest3.err
+'
+test_expect_success 'snapshot prints the size of the hold log it wrote' '
+	flux-epilog-gate snapshot >snapshot.out &&
+	test_debug "cat snapshot.out" &&
+	flux kvs get --raw epilog-gate.holds >log.raw &&
+	echo "hold log: $(wc -c <log.raw) bytes" >snapshot.exp &&
+	test_cmp snapshot.exp snapshot.out
+'
+test_expect_success 'after a snapshot the hold log still has the hold' '
+	hold_logged $jobid present $HOLD_EVENT
+'
 test_expect_success 'cleanup: release the remaining hold, cancel the job' '
 	flux cancel $jobid &&
 	flux-epilog-gate release $jobid present &&

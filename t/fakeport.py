@@ -397,11 +397,11 @@ class FakePort:
         return [k for k in self.kvs if k.startswith(prefix)]
 
     def hold_log(self):
-        """The hold log as the gate's load reads it: its key, then its
-        segments in order (text)."""
+        """The hold log as the gate's load reads it: its segments in
+        order, then its key (text)."""
         from flux_epilog_gate.gate.holdlog import KEY, read_segments
 
-        parts = [self.kvs.get(KEY, "")] + [t for _, t in read_segments(self)]
+        parts = [t for _, t in read_segments(self)] + [self.kvs.get(KEY, "")]
         return "".join(p.decode() if isinstance(p, bytes) else p for p in parts)
 
     def kvs_dir(self, key):

@@ -121,11 +121,11 @@ def query(instance):
 
 
 def hold_log(instance):
-    """The text of the gate's hold log as its load reads it, its KVS key
-    then its segments in order, "" while there is none."""
+    """The text of the gate's hold log as its load reads it, its
+    segments in order then its KVS key, "" while there is none."""
     done = instance.flux("kvs", "get", KEY, check=False)
     text = done.stdout if done.returncode == 0 else ""
-    return text + "".join(value for _, value in segments(instance))
+    return "".join(value for _, value in segments(instance)) + text
 
 
 def segments(instance):

@@ -281,3 +281,11 @@ def test_guest_cli_hold_refused(inst, owner, jobs):
     )
     assert "a-1" in done.stdout and "own-1" not in done.stdout
     assert table(owner) == before
+
+
+def test_guest_snapshot_refused(inst, owner, jobs):
+    gate = guest(inst, GUEST_A)
+    with pytest.raises(OSError) as info:
+        gate.snapshot()
+    assert info.value.errno == errno.EPERM and "owner" in str(info.value)
+    assert owner.snapshot()["bytes"] > 0

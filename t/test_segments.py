@@ -2,19 +2,21 @@
 "Segments").
 
 Some 2,600 pending holds make a log whose snapshot is larger than
-SEGMENT_FLOOR; then commits one at a time fill its key, and the log
-goes on in segments (``epilog-gate.holds-segments.N.log``) instead of
-being snapshotted every MAX_APPENDS appends.  Checked: a SIGKILL
-and a restart recover every hold from the key and its segments, the
-load appends after the last segment it found, and the next snapshot
-(by bytes) removes every segment.
+SEGMENT_FLOOR; then commits one at a time fill its key, which is made a
+segment (``epilog-gate.holds-segments.N.log``) instead of being
+snapshotted every MAX_APPENDS appends.  Checked: a SIGKILL and a
+restart recover every hold from the segments and the key, the load
+makes the key the segment after the last it found, the next snapshot
+(by bytes, or asked for) removes every segment.
 """
+
+import errno
 
 import flux.job
 import flux.kvs
 import pytest
 from flux.job import JobspecV1
-from jobs import hold_log, query, segments
+from jobs import get_raw, hold_log, query, segments
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import MAX_APPENDS, SEGMENTS, parse
@@ -104,10 +106,11 @@ def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst
 
     handle, gate = restart(inst)
     assert listed(gate) == holds_on(first)
-    # The load appends after the last segment it found.
-    assert segment(inst) == last + 1
+    # The load makes the log's key the segment after the last it found.
+    assert segment(inst) == last
     gate.hold(spare, "after")
     assert [n for n, _ in segments(inst)][-1] == last + 1
+    assert (spare, "after") in logged(inst)
 
     # As many bytes again as the snapshot: the next snapshot removes them.
     second = waiting_jobs(handle, JOBS)
@@ -120,3 +123,35 @@ def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst
     handle, gate = restart(inst)
     assert listed(gate) == holds_on(second)
     requests(gate, [("release", j, d) for j, d in sorted(holds_on(second))])
+
+
+def test_a_snapshot_request_removes_the_segments_and_answers_the_size(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    first = waiting_jobs(handle, JOBS)
+    spare = waiting_jobs(handle, 1)[0]
+    requests(gate, [("hold", j, d) for j, d in sorted(holds_on(first))])
+    for _ in range(3 * MAX_APPENDS // 32):
+        if segment(inst) >= 1:
+            break
+        for _ in range(16):
+            gate.hold(spare, "churn")
+            gate.release(spare, "churn")
+    assert segment(inst) >= 1 and flux.kvs.exists(handle, SEGMENTS)
+    answer = gate.snapshot()
+    assert segment(inst) == 0 and not flux.kvs.exists(handle, SEGMENTS)
+    assert answer["bytes"] == len(get_raw(inst))
+    assert logged(inst) == holds_on(first)
+    # The next commit appends to the log's key again.
+    gate.hold(spare, "next")
+    assert segments(inst) == [] and (spare, "next") in logged(inst)
+    handle, gate = restart(inst)
+    assert listed(gate) == holds_on(first) | {(spare, "next")}
+
+
+@pytest.mark.parametrize("payload", [[], {"id": 1}, {"bytes": 0}])
+def test_a_malformed_snapshot_request_is_refused(inst, payload):
+    handle = inst.handle()
+    with pytest.raises(OSError) as info:
+        handle.rpc("job-manager.epilog-gate.snapshot", payload).get()
+    assert info.value.errno == errno.EPROTO and "snapshot" in str(info.value)

@@ -174,6 +174,12 @@ class EpilogGate:
             for future, result in zip(futures, results)
         ]
 
+    def snapshot(self):
+        """Replace the hold log with a snapshot of the current holds now,
+        its segments too (the instance owner only); return ``{bytes}``,
+        the log's size then."""
+        return self._rpc("snapshot", {}).get()
+
     def list_async(self, jobid=None, service=None):
         """Start a list (of ``service``, by default epilog-gate's); the
         future's answer is ``{holds: [...]}``."""

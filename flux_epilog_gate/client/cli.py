@@ -372,6 +372,12 @@ def wanted(hold, args):
     )
 
 
+def cmd_snapshot(args):
+    answer = EpilogGate(flux.Flux()).snapshot()
+    if not args.quiet:
+        print(f"hold log: {answer['bytes']} bytes")
+
+
 def cmd_watch(args):
     remaining = args.count
     points = [args.point] if args.point else None
@@ -581,6 +587,14 @@ def parser():
         help="only holds of these descriptions",
     )
     p.add_argument("--json", action="store_true", help="print a JSON array")
+
+    p = command(
+        "snapshot",
+        cmd_snapshot,
+        "replace the hold log with a snapshot of the current holds now, and "
+        "remove its segments (the instance owner only); print its size",
+    )
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing")
 
     p = command(
         "watch",

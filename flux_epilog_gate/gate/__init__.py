@@ -317,6 +317,14 @@ class Gate:
         """
         return self.requests.list_json(jobid, userid)
 
+    def snapshot(self, done):
+        """Replace the hold log with a snapshot of the current holds now
+        (its segments too); ``done(size, error)`` once it has: the bytes
+        of the log then, or an OSError (see
+        :meth:`HoldLog.compact <flux_epilog_gate.gate.holdlog.HoldLog.compact>`)."""
+        log = self.holdlog
+        log.compact(lambda error: done(log.size, error))
+
     def apply_rules(self, jobid, attributes):
         """Register the holds that configured rules give a new job."""
         self.requests.apply_rules(jobid, attributes)

@@ -57,9 +57,10 @@ becomes of the plugin; the requests still waiting are answered with
 again, it is idempotent), the queued records are sent, and a gate taken
 over by the next load writes every record that was not confirmed again.
 
-**Snapshots.**  Every :data:`MAX_APPENDS` appends, and whenever the
-value has grown past :data:`MAX_BYTES` (or past twice the last snapshot,
-if that is larger: many live holds), the log is replaced by a snapshot:
+**Snapshots.**  Whenever the log has grown past :data:`MAX_BYTES` (or
+past twice the last snapshot, if that is larger: many live holds), and
+every :data:`MAX_APPENDS` appends while the last snapshot is smaller
+than :data:`SEGMENT_FLOOR`, the log is replaced by a snapshot:
 a hold entry for every current hold, and the release entries of the last
 :data:`RELEASE_GRACE` seconds.  The value thus stays under the larger of
 :data:`MAX_BYTES` and twice what the live holds take, plus one batch,
@@ -102,6 +103,27 @@ starts another); so do an unload and the start of a job's recovery (a
 job being recovered has holds the gate does not know yet).  A crash at
 any step leaves :data:`KEY` a complete log; the load never reads
 :data:`SIDE_KEY`.
+
+**Segments.**  Each append to a key adds a reference to its value, so
+a key takes :data:`MAX_APPENDS` appends at most.  A snapshot every
+:data:`MAX_APPENDS` appends would cost each append a share of every
+live hold: with 10,000 of them, a megabyte written for 256 batches.  So
+once the last snapshot is :data:`SEGMENT_FLOOR` bytes or more, a full
+:data:`KEY` is made a *segment* instead: its tree object is looked up
+(no commit in flight meanwhile) and one transaction makes it the value
+of segment ``n`` (:func:`segment_key`) and puts the batch in its place.
+No byte is written again: the segment refers to the same blobs.  Each
+segment is in a directory of its own under :data:`SEGMENTS`, so that
+the segments' directory holds a reference to each, not its list of
+blobs; records are always appended to :data:`KEY`, so an append costs
+the same with segments or without.  The log is segments 1, 2, ... then
+:data:`KEY`; the load reads them in that order (and makes :data:`KEY` a
+segment at its first batch: its appends are not known).  The next
+snapshot comes by bytes, as above, or after :data:`MAX_SEGMENTS`
+segments; it removes :data:`SEGMENTS` in its own transaction (``put``
+and ``unlink``; in parts, the swap).  A failed lookup makes a snapshot
+due instead; a failed transaction leaves :data:`KEY` as it was, made a
+segment at the next batch.
 
 This module is plain Python; it reaches the KVS through the gate's port
 (``kvs_commit(key, text, append, callback, sync)``; for snapshots in
@@ -188,8 +210,8 @@ class NotConfirmed(OSError):
 
 
 def segment_key(n):
-    """The key of segment ``n`` of the log (0: :data:`KEY`)."""
-    return KEY if n == 0 else f"{SEGMENTS}.{n}.log"
+    """The key of segment ``n`` (1, 2, ...) of the log."""
+    return f"{SEGMENTS}.{n}.log"
 
 
 def read_segments(port):
@@ -424,11 +446,13 @@ class HoldLog:
         # Records a previous plugin instance could not confirm.
         self.unconfirmed = []
         self.sync = True
-        # Appends to the open segment (0: KEY itself), and whether
-        # SEGMENTS may hold segments (the next snapshot removes them).
+        # Appends to KEY; segments made of it since the last snapshot,
+        # and whether SEGMENTS may hold any (the next snapshot removes
+        # them); the segment being made (see _rotate), or None.
         self.appends = 0
         self.segment = 0
         self.segments_left = False
+        self.rotation = None
         self.commits = 0
         # Bytes of the value as this gate wrote it (or read it at load),
         # and of the last snapshot.
@@ -448,6 +472,11 @@ class HoldLog:
         self.on_snapshot = None
         # Armed after a failed commit left records queued (RETRY_DELAY).
         self.retry = None
+        # Callbacks of the snapshots asked for (compact), answered once
+        # one has replaced the log or was given up; those served by the
+        # snapshot that just replaced the log.
+        self.compacting = []
+        self.served = []
 
     # Records
 
@@ -482,6 +511,20 @@ class HoldLog:
             # (A part of a snapshot in flight carries no record.)
             callback(None)
 
+    def compact(self, callback):
+        """Replace the log with a snapshot now, its segments too; call
+        ``callback(error)`` once one has (None), or was given up (an
+        OSError; EAGAIN while a job's holds are being recovered).  The
+        requests made meanwhile share it."""
+        self.compacting.append(callback)
+        # With the queued records, if any, or on its own.
+        self._kick()
+
+    def _compacted(self, error):
+        """Answer the snapshots asked for."""
+        waiting, self.compacting = self.compacting, []
+        self._answer(waiting, error)
+
     def _record(self, line, callback):
         self.lines.append(line)
         if callback is not None:
@@ -494,7 +537,9 @@ class HoldLog:
     def _kick(self):
         """Send the next batch (or the next part of a snapshot), unless a
         commit is in flight."""
-        if self.inflight is not None or not (self.lines or self.snap):
+        if self.inflight is not None or not (
+            self.lines or self.snap or self.compacting
+        ):
             return
         self.sent, self.lines = self.lines, []
         self.inflight, self.waiters = self.waiters, []
@@ -503,6 +548,7 @@ class HoldLog:
             and not self.replace
             and self.appends < MAX_APPENDS
             and self.size < MAX_BYTES
+            and not self.compacting
         ):
             # No snapshot can be due (what _due() decides, the common
             # case tested first): every batch of records comes here.
@@ -527,21 +573,77 @@ class HoldLog:
             waiters, self.inflight = self.inflight, None
             self._answer(waiters or (), None)
             return
+        if self.appends >= MAX_APPENDS:
+            # (And _due() found no snapshot due.)
+            self._rotate()
+            return
         text = "".join(self.sent)
-        key = self._open_key()
         self.appends += 1
         self.size += len(text)
-        self._send_text(key, text, True)
+        self._send_text(KEY, text, True)
 
-    def _open_key(self):
-        """The key the next batch is appended to: the open segment, or a
-        new one if it took :data:`MAX_APPENDS` appends (and :meth:`_due`
-        found no snapshot due)."""
-        if self.appends >= MAX_APPENDS:
-            self.segment += 1
+    # Segments
+
+    def _rotate(self):
+        """KEY took :data:`MAX_APPENDS` appends: look its tree object up,
+        to make it the next segment.  No commit is sent meanwhile; the
+        batch waits (and goes with the segment)."""
+        self.lines[:0], self.sent = self.sent, []
+        self.waiters[:0], self.inflight = self.inflight, []
+        rotation = self.rotation = object()
+
+        def found(treeobj, error):
+            self._found_key(rotation, treeobj, error)
+
+        try:
+            self.port.kvs_lookup_treeobj(KEY, found)
+        except OSError as exc:
+            found(None, exc)
+
+    def _found_key(self, rotation, treeobj, error):
+        if rotation is not self.rotation:
+            return
+        # The lookup held the place of a commit.
+        self.rotation = self.inflight = None
+        if error is None:
+            error = _value_treeobj_error(treeobj)
+        elif error.errno == errno.ENOENT:
+            # No KEY yet: nothing to make a segment of.
             self.appends = 0
-            self.segments_left = True
-        return KEY if self.segment == 0 else segment_key(self.segment)
+            self._kick()
+            return
+        if error is not None:
+            self.port.log(
+                syslog.LOG_ERR,
+                f"{KEY}: making it a segment: {error}: "
+                "a snapshot replaces the log instead",
+            )
+            # Appended to as it is meanwhile (no lookup again).
+            self.appends = 0
+            self.size = max(self.size, MAX_BYTES, 2 * self.snapshot_size)
+        if error is not None or not self.lines:
+            self._kick()
+            return
+        self.sent, self.lines = self.lines, []
+        self.inflight, self.waiters = self.waiters, []
+        # Counted as made from now on, whatever the outcome (it may never
+        # be known, should the plugin be unloaded): a number is never
+        # used twice, and the next snapshot removes the segments.
+        self.segment += 1
+        self.segments_left = True
+        batch = "".join(self.sent)
+        self.appends = 1
+        self.size += len(batch)
+        self.commits += 1
+        # In this order: KEY's value becomes the segment, the batch KEY's.
+        ops = [("put_treeobj", segment_key(self.segment), treeobj), ("put", KEY, batch)]
+        self._commit_ops(ops, self._rotated, self.sync)
+
+    def _rotated(self, error):
+        if error is not None:
+            # KEY is as it was: made a segment at the next batch.
+            self.appends = MAX_APPENDS
+        self._committed(error)
 
     def _send_text(self, key, text, append):
         callback = self._committed
@@ -558,6 +660,9 @@ class HoldLog:
     def _snapshot_committed(self, error):
         if error is None:
             self._replaced()
+        elif error.errno != errno.ENOSYS or not self.sync:
+            # (Without a backing store it is sent again, unsynced.)
+            self._compacted(error)
         self._committed(error)
         if error is None:
             self._snapshot_done()
@@ -567,6 +672,8 @@ class HoldLog:
         neither SEGMENTS nor SIDE_KEY holds anything."""
         self.segment = 0
         self.segments_left = self.side_left = False
+        # Served: no other snapshot is due for them.
+        self.served, self.compacting = self.compacting, []
 
     def _send_whole(self, text):
         """Send a snapshot in one commit."""
@@ -590,7 +697,11 @@ class HoldLog:
         value's references on every append) if the snapshot is small or
         :data:`MAX_SEGMENTS` segments follow it; else the next batch
         opens a new segment."""
-        if self.replace or self.size >= max(MAX_BYTES, 2 * self.snapshot_size):
+        if (
+            self.replace
+            or self.compacting
+            or self.size >= max(MAX_BYTES, 2 * self.snapshot_size)
+        ):
             return True
         return self.appends >= MAX_APPENDS and (
             self.snapshot_size < SEGMENT_FLOOR or self.segment >= MAX_SEGMENTS
@@ -609,6 +720,9 @@ class HoldLog:
         try:
             lines = snap.take(limit)
         except Recovering:
+            self._compacted(
+                OSError(errno.EAGAIN, "a job's holds are being recovered: try again")
+            )
             return None
         if not snap.content_left():
             # Never empty: an empty value reads back as NULL.
@@ -639,8 +753,8 @@ class HoldLog:
         ops = list(snap.part)
         if self.sent:
             batch = "".join(self.sent)
-            # To the open key, full or not: the swap removes the segments.
-            ops.append(("append", segment_key(self.segment), batch))
+            # To KEY, full or not: the swap replaces it.
+            ops.append(("append", KEY, batch))
             self.appends += 1
             self.size += len(batch)
         self.commits += 1
@@ -722,7 +836,11 @@ class HoldLog:
             self._snapshot_done()
 
     def _snapshot_done(self):
-        """A snapshot replaced the log: tell :attr:`on_snapshot`."""
+        """A snapshot replaced the log: answer those who asked for one,
+        tell :attr:`on_snapshot`."""
+        if self.served:
+            served, self.served = self.served, []
+            self._answer(served, None)
         if self.on_snapshot is None:
             return
         try:
@@ -735,6 +853,7 @@ class HoldLog:
         self.snap = None
         self.side_left = True
         self.port.log(syslog.LOG_ERR, f"{KEY}: snapshot given up: {why}")
+        self._compacted(OSError(errno.EAGAIN, f"snapshot given up: {why}"))
 
     def recovering(self):
         """A job's holds are being rebuilt from the log: a snapshot in
@@ -742,6 +861,9 @@ class HoldLog:
         if self.snap is not None:
             self.snap = None
             self.side_left = True
+            self._compacted(
+                OSError(errno.EAGAIN, "a job's holds are being recovered: try again")
+            )
 
     def _forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""
@@ -754,7 +876,7 @@ class HoldLog:
             # A batch committed (every batch): nothing to repair or log.
             waiters, self.inflight = self.inflight, None
             self.sent = []
-            if self.lines or self.snap:
+            if self.lines or self.snap or self.compacting:
                 self._kick()
             self._answer(waiters or (), None)
             return
@@ -804,7 +926,7 @@ class HoldLog:
             return False
         self.port.log(
             syslog.LOG_ERR,
-            f"{segment_key(self.segment)} is not a value ({error.strerror}): "
+            f"{KEY} is not a value ({error.strerror}): "
             "replacing it with a snapshot of the current holds",
         )
         self.replace = True
@@ -826,6 +948,8 @@ class HoldLog:
         not known to be durable for the next plugin instance."""
         waiters = (self.inflight or []) + self.waiters
         self.unconfirmed = self.sent + self.lines
+        # A lookup for a segment is answered to nobody.
+        self.rotation = None
         if self.retry is not None:
             self.retry.stop()
             self.retry = None
@@ -835,21 +959,20 @@ class HoldLog:
             self.snap = None
             self.side_left = True
         if self.lines:
-            # To the open key: the next instance decides what comes next.
-            key = segment_key(self.segment)
             self.appends += 1
             try:
                 self.port.kvs_commit(
-                    key, "".join(self.lines), True, lambda error: None, sync=self.sync
+                    KEY, "".join(self.lines), True, lambda error: None, sync=self.sync
                 )
             except OSError as exc:
                 self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {exc}")
         self.lines, self.waiters, self.sent, self.inflight = [], [], [], None
         self._answer(waiters, NotConfirmed())
+        self._compacted(NotConfirmed())
 
     def found(self, size, base, last):
         """The load found the log ``size`` bytes long, ``base`` of them
-        in :data:`KEY`, with segments up to ``last`` (0: none), or
+        in its first value, with segments up to ``last`` (0: none), or
         segments it could not read (``last`` is None): those are
         replaced by a snapshot at the next commit."""
         self.size = size
@@ -857,11 +980,12 @@ class HoldLog:
             self.segments_left = True
             self.size = max(size, MAX_BYTES)
         elif last > 0:
-            # Segments follow a snapshot only: KEY is one.  Appends go
-            # after every record found.
+            # The first segment begins with the last snapshot.  KEY's
+            # appends are not known: it is made a segment at once.
             self.snapshot_size = base
-            self.segment = last + 1
+            self.segment = last
             self.segments_left = True
+            self.appends = MAX_APPENDS
 
     def resume(self, port):
         """The next plugin instance takes the log over: write again what

@@ -39,9 +39,9 @@ def read_log(port):
     :func:`flux_epilog_gate.gate.logparse.parse`), or None if the log
     cannot be read (then every job that may be at its epilog point is
     recovered from its eventlog); ``size`` the bytes of its values (None
-    if there are none), ``base`` those of :data:`KEY`; ``last`` the
-    number of its last segment (0: no segment), None if the segments
-    could not be read.
+    if there are none), ``base`` those of its first value (where the
+    last snapshot begins); ``last`` the number of its last segment (0:
+    no segment), None if the segments could not be read.
     Each line that is not an entry is logged, naming it.  Never raises."""
     try:
         data = port.kvs_get(KEY)
@@ -53,9 +53,10 @@ def read_log(port):
     except Exception as exc:  # noqa: BLE001 - the load must go on
         _unreadable(port, SEGMENTS, exc)
         return None, len(data or b""), len(data or b""), None
-    base = len(data or b"")
+    base = len(segments[0][1] if segments else data or b"")
     if segments:
-        data = _joined([data or b""] + [text for _, text in segments])
+        # The segments are the older records: KEY has the newest.
+        data = _joined([text for _, text in segments] + [data or b""])
     jobs, skipped = parse(data)
     for bad in skipped[:SKIPPED_LOGGED]:
         port.log(syslog.LOG_ERR, f"{KEY}: skipped {bad}")

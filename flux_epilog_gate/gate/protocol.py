@@ -105,6 +105,11 @@ def parse_list(payload):
     return None if jobid is None else _jobid(jobid, "list")
 
 
+def parse_snapshot(payload):
+    """Check a snapshot request's payload: an empty object, or none."""
+    _object({} if payload is None else payload, "snapshot", (), ())
+
+
 def parse_watch_points(payload):
     """Return the set of points to watch (``points``) of a watch request
     that :func:`parse_watch` accepted, or None for both."""

@@ -513,6 +513,29 @@ class EpilogGatePlugin(GateDriver):
         )
         self.jobtap.send_text(request.msg, text)
 
+    @request("snapshot", guests=True)
+    @_after_recovery
+    @_answers_refusals
+    def snapshot_request(self, request):
+        """Replace the hold log with a snapshot now (the owner only; an
+        admin's tool, e.g. before a downgrade): answered once it has,
+        with the log's bytes."""
+        _require_owner("snapshot", request.owner)
+        protocol.parse_snapshot(request.payload)
+        kept = request.keep()
+
+        def done(size, error):
+            jobtap = self.jobtap
+            if jobtap.p is None:
+                return
+            if error is not None:
+                text = f"snapshot: {error.strerror or error}"
+                jobtap.respond_error(kept, error.errno or errno.EIO, text)
+            else:
+                jobtap.send(kept, {"bytes": size})
+
+        self.gate.snapshot(done)
+
     @request("watch", guests=True)
     @_after_recovery
     @_answers_refusals

@@ -28,7 +28,9 @@ flux-core's src/modules/job-manager/event.c):
   the instance goes away, after which nothing reaches it.
 """
 
+import base64
 import errno
+import json
 import os
 
 import cffi
@@ -500,13 +502,16 @@ class JobtapPort:
         self.jm.kvs.commit(apply, sync, answer)
 
     def kvs_commit_ops(self, ops, callback, sync=False):
-        """As Jobtap.kvs_commit_ops, for puts, appends and unlinks (the
+        """As Jobtap.kvs_commit_ops: puts, appends, unlinks, and tree
+        objects of values as :meth:`kvs_lookup_treeobj` answers them (the
         model's snapshots fit one commit)."""
 
         def apply(data):
             for op, key, value in ops:
                 if op == "put":
                     data[key] = value
+                elif op == "put_treeobj":
+                    data[key] = base64.b64decode(json.loads(value)["data"]).decode()
                 elif op == "append":
                     data[key] = data.get(key, "") + value
                 elif op == "unlink":
@@ -522,6 +527,16 @@ class JobtapPort:
                 callback(error)
 
         self.jm.kvs.commit(apply, sync, answer)
+
+    def kvs_lookup_treeobj(self, key, callback):
+        """As Jobtap.kvs_lookup_treeobj, answered at once from what the
+        KVS has applied: a value's data in a ``val``."""
+        value = self.jm.kvs.data.get(key)
+        if value is None:
+            callback(None, _oserror(errno.ENOENT))
+            return
+        data = base64.b64encode(value.encode()).decode()
+        callback(json.dumps({"data": data, "type": "val", "ver": 1}), None)
 
     def kvs_dir(self, key):
         """As Jobtap.kvs_dir: the names in directory ``key``."""

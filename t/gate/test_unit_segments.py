@@ -1,10 +1,11 @@
 """Unit tests of the hold log's segments (holdlog.py, "Segments"), no
 broker: the KVS is the FakePort's dict, whose keys are paths.
 
-Once the last snapshot is larger than SEGMENT_FLOOR, a key that took
-MAX_APPENDS appends is followed by a new segment instead of a snapshot;
-the next snapshot (by bytes, or after MAX_SEGMENTS segments) removes
-them all.  The load reads the log's key, then its segments in order.
+Once the last snapshot is larger than SEGMENT_FLOOR, a log key that took
+MAX_APPENDS appends is made a segment (its tree object moved there, the
+batch put in its place) instead of being snapshotted; the next snapshot
+(by bytes, or after MAX_SEGMENTS segments) removes them all.  The load
+reads the segments in order, then the log's key.
 """
 
 import errno
@@ -83,15 +84,19 @@ def load(port):
 # Writing
 
 
-def test_a_full_key_after_a_large_snapshot_is_followed_by_a_segment(port, small):
+def test_a_full_key_after_a_large_snapshot_is_made_a_segment(port, small):
     gate = snapshotted(port, Gate(port))
     before = port.kvs[KEY]
     churn(port, gate, holdlog.MAX_APPENDS + 1)
-    assert keys_written(port)[-holdlog.MAX_APPENDS - 1 :] == [KEY] * 4 + [
-        segment_key(1)
+    (rotation,) = port.txns
+    assert [(op, key) for op, key, _ in rotation] == [
+        ("put_treeobj", segment_key(1)),
+        ("put", KEY),
     ]
-    assert port.kvs[KEY].startswith(before)
+    assert set(keys_written(port)) == {KEY}
     assert port.kvs_dir(SEGMENTS) == ["1"]
+    assert port.kvs[segment_key(1)].startswith(before)
+    assert port.kvs[KEY] == rotation[1][2]
     assert replayed(port.hold_log()) == gate_holds(gate)
 
 
@@ -140,19 +145,20 @@ def test_a_failed_snapshot_keeps_appending_after_the_segments(port, small):
     port.complete_commit(errno.EIO)
     port.defer_commits = False
     port.advance(holdlog.RETRY_DELAY)
-    # The records go again after the segments, not to the log's key.
-    assert port.commits[-1][0] == segment_key(holdlog.MAX_SEGMENTS)
+    # The records go again to the log's key, after the segments.
+    assert port.commits[-1][0] == KEY
+    assert port.kvs_dir(SEGMENTS) == ["1", "2", "3"]
     assert replayed(port.hold_log()) == gate_holds(gate)
 
 
-def test_a_segment_that_is_not_a_value_is_replaced_by_a_snapshot(port, small):
+def test_a_key_that_is_not_a_value_beside_segments_is_replaced(port, small):
     gate = snapshotted(port, Gate(port))
     churn(port, gate, holdlog.MAX_APPENDS + 1)
-    port.kvs[segment_key(1) + ".x"] = "in the way"
-    del port.kvs[segment_key(1)]
+    port.kvs[KEY + ".x"] = "in the way"
+    del port.kvs[KEY]
     churn(port, gate, 1, jobid=51)
     (line,) = [t for t in errors(port) if "is not a value" in t]
-    assert line.startswith(segment_key(1))
+    assert line.startswith(KEY)
     assert port.kvs_dir(SEGMENTS) is None
     assert replayed(port.kvs[KEY]) == gate_holds(gate)
 
@@ -172,9 +178,15 @@ def test_a_load_reads_the_segments_in_order_and_appends_after_them(port, small):
         fresh.add_job(jobid, job.state, USER)
     loading, again = load(fresh)
     assert loading.ready and gate_holds(again) == expected
-    assert again.holdlog.segment == 3 and again.holdlog.segments_left
+    assert again.holdlog.segment == 2 and again.holdlog.segments_left
+    # KEY's appends are not known: the first batch makes it segment 3.
     hold(fresh, again, 71)
-    assert keys_written(fresh) == [segment_key(3)]
+    (rotation,) = fresh.txns
+    assert [(op, key) for op, key, _ in rotation] == [
+        ("put_treeobj", segment_key(3)),
+        ("put", KEY),
+    ]
+    assert replayed(fresh.hold_log()) == gate_holds(again)
 
 
 def test_segments_ten_and_up_come_after_nine(port):
@@ -192,7 +204,7 @@ def test_segments_ten_and_up_come_after_nine(port):
     port.add_job(12, SCHED, USER)
     loading, gate = load(port)
     assert gate_holds(gate) == {(12, "s10")}
-    assert gate.holdlog.segment == 11
+    assert gate.holdlog.segment == 10
 
 
 @pytest.mark.parametrize(
@@ -288,3 +300,89 @@ def test_whatever_the_segments_hold_a_load_never_fails(segments):
     again.add_job(11, SCHED, USER)
     _, reloaded = load(again)
     assert (11, "bb") in gate_holds(reloaded)
+
+
+# Snapshots asked for (the snapshot request)
+
+
+def test_a_snapshot_asked_for_when_idle_goes_at_once(port, small):
+    gate = snapshotted(port, Gate(port))
+    churn(port, gate, holdlog.MAX_APPENDS + 1)
+    assert port.kvs_dir(SEGMENTS) == ["1"]
+    answers = []
+    gate.snapshot(lambda size, error: answers.append((size, error)))
+    assert answers == [(len(port.kvs[KEY]), None)]
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == gate_holds(gate)
+
+
+def test_a_snapshot_asked_for_goes_with_the_next_commit(port, small):
+    gate = snapshotted(port, Gate(port))
+    port.defer_commits = True
+    hold(port, gate, 60)
+    answers = []
+    gate.snapshot(lambda size, error: answers.append(error))
+    gate.snapshot(lambda size, error: answers.append(error))
+    hold(port, gate, 61)
+    assert answers == []
+    port.answer_all(100)
+    assert answers == [None, None]
+    assert replayed(port.kvs[KEY]) == gate_holds(gate)
+    assert gate.holdlog.commits == 7
+
+
+def test_a_snapshot_asked_for_in_parts_is_answered_after_the_swap(port):
+    gate = Gate(port)
+    gate.holdlog.chunk = 200
+    for jobid in range(1, 9):
+        hold(port, gate, jobid)
+    port.defer_commits = True
+    answers = []
+    gate.snapshot(lambda size, error: answers.append(error))
+    while port.pending_commits or port.pending_lookups:
+        assert answers == []
+        if port.pending_commits:
+            port.complete_commit()
+        else:
+            port.complete_lookup()
+    assert answers == [None] and port.txns[-1][0][0] == "put_treeobj"
+    assert replayed(port.kvs[KEY]) == gate_holds(gate)
+
+
+def test_a_snapshot_asked_for_during_a_recovery_is_refused(port):
+    gate = Gate(port)
+    hold(port, gate, 1)
+    port.add_job(2, SCHED, USER)
+    gate.begin_recovery(2, USER)
+    answers = []
+    gate.snapshot(lambda size, error: answers.append(error))
+    (error,) = answers
+    assert error.errno == errno.EAGAIN and "recovered" in error.strerror
+    # Nothing is left waiting: the next record is an append.
+    hold(port, gate, 3)
+    assert port.commits[-1][2] is True
+
+
+def test_a_snapshot_given_up_is_answered_with_the_reason(port):
+    gate = Gate(port)
+    gate.holdlog.chunk = 200
+    for jobid in range(1, 9):
+        hold(port, gate, jobid)
+    port.defer_commits = True
+    answers = []
+    gate.snapshot(lambda size, error: answers.append(error))
+    port.complete_commit(errno.EIO)
+    (error,) = answers
+    assert error.errno == errno.EAGAIN and "given up" in error.strerror
+
+
+def test_an_unload_answers_a_snapshot_asked_for(port):
+    gate = Gate(port)
+    hold(port, gate, 1)
+    port.defer_commits = True
+    hold(port, gate, 2)
+    answers = []
+    gate.snapshot(lambda size, error: answers.append(error))
+    gate.suspend()
+    (error,) = answers
+    assert error.errno == errno.EAGAIN and "unloaded" in error.strerror
