@@ -10,6 +10,7 @@ from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
 
 from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, parse, segment_key
+from flux_epilog_gate.gate.holds import HOLD_EVENT
 from flux_epilog_gate.testing import flux_command
 
 #: Simulated execution: the job "runs" this long without any process.
@@ -120,6 +121,11 @@ def query(instance):
     return json.loads(instance.flux("jobtap", "query", "epilog-gate.so").stdout)
 
 
+#: Broker configuration under which only the gate's own syncs
+#: checkpoint the KVS during a test (what a SIGKILL then keeps).
+GATE_SYNCS_ONLY = '\n[kvs]\ncheckpoint-period = "1h"\n'
+
+
 def hold_log(instance):
     """The text of the gate's hold log as its load reads it, its
     segments in order then its KVS key, "" while there is none."""
@@ -177,3 +183,17 @@ def get_raw(inst):
         capture_output=True,
         timeout=60,
     ).stdout
+
+
+def replayed(jobs):
+    """The holds log entries ``jobs`` leave, each job's replayed in time
+    order as recovery does: a set of (id, description)."""
+    held = set()
+    for jobid, entries in jobs.items():
+        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
+            key = (jobid, context["description"])
+            if name == HOLD_EVENT:
+                held.add(key)
+            else:
+                held.discard(key)
+    return held

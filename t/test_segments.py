@@ -16,22 +16,19 @@ import flux.job
 import flux.kvs
 import pytest
 from flux.job import JobspecV1
-from jobs import get_raw, hold_log, query, segments
+from jobs import GATE_SYNCS_ONLY, get_raw, hold_log, query, replayed, segments
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import MAX_APPENDS, SEGMENTS, parse
-from flux_epilog_gate.gate.holds import HOLD_EVENT
 
 #: Jobs of each set, and holds of each job (max-holds at its maximum).
 JOBS = 13
 HOLDS = 200
-#: Only the gate's own syncs checkpoint during a test.
-CONFIG = '\n[kvs]\ncheckpoint-period = "1h"\n'
 
 
 @pytest.fixture
 def inst(new_instance):
-    return new_instance(config=CONFIG, plugin_conf={"max-holds": HOLDS})
+    return new_instance(config=GATE_SYNCS_ONLY, plugin_conf={"max-holds": HOLDS})
 
 
 def waiting_jobs(handle, count):
@@ -66,17 +63,24 @@ def segment(inst):
 
 
 def logged(inst):
-    """The holds the log leaves, each job's entries replayed in time
-    order as recovery does."""
-    held = set()
-    for jobid, entries in parse(hold_log(inst))[0].items():
-        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
-            key = (jobid, context["description"])
-            if name == HOLD_EVENT:
-                held.add(key)
-            else:
-                held.discard(key)
-    return held
+    """The holds the log leaves, replayed as recovery does."""
+    return replayed(parse(hold_log(inst))[0])
+
+
+def into_segments(inst, gate, handle):
+    """Jobs with 2,600 holds (``first``), then a spare job held and
+    released one request at a time until the log has a segment."""
+    first = waiting_jobs(handle, JOBS)
+    spare = waiting_jobs(handle, 1)[0]
+    requests(gate, [("hold", j, d) for j, d in sorted(holds_on(first))])
+    for _ in range(3 * MAX_APPENDS // 32):
+        if segment(inst) >= 1:
+            break
+        for _ in range(16):
+            gate.hold(spare, "churn")
+            gate.release(spare, "churn")
+    assert segment(inst) >= 1 and flux.kvs.exists(handle, SEGMENTS)
+    return first, spare
 
 
 def restart(inst):
@@ -89,17 +93,7 @@ def restart(inst):
 def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    first = waiting_jobs(handle, JOBS)
-    spare = waiting_jobs(handle, 1)[0]
-    requests(gate, [("hold", j, d) for j, d in sorted(holds_on(first))])
-    # One commit at a time until the log's key is full: a segment follows.
-    for _ in range(3 * MAX_APPENDS // 32):
-        if segment(inst) >= 1:
-            break
-        for _ in range(16):
-            gate.hold(spare, "churn")
-            gate.release(spare, "churn")
-    assert segment(inst) >= 1
+    first, spare = into_segments(inst, gate, handle)
     assert [n for n, _ in segments(inst)] == list(range(1, segment(inst) + 1))
     assert logged(inst) == listed(gate) == holds_on(first)
     last = segment(inst)
@@ -128,16 +122,7 @@ def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst
 def test_a_snapshot_request_removes_the_segments_and_answers_the_size(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    first = waiting_jobs(handle, JOBS)
-    spare = waiting_jobs(handle, 1)[0]
-    requests(gate, [("hold", j, d) for j, d in sorted(holds_on(first))])
-    for _ in range(3 * MAX_APPENDS // 32):
-        if segment(inst) >= 1:
-            break
-        for _ in range(16):
-            gate.hold(spare, "churn")
-            gate.release(spare, "churn")
-    assert segment(inst) >= 1 and flux.kvs.exists(handle, SEGMENTS)
+    first, spare = into_segments(inst, gate, handle)
     answer = gate.snapshot()
     assert segment(inst) == 0 and not flux.kvs.exists(handle, SEGMENTS)
     assert answer["bytes"] == len(get_raw(inst))

@@ -18,22 +18,19 @@ import flux.job
 import pytest
 from flux.core.inner import ffi, lib, raw
 from flux.job import JobspecV1
-from jobs import dmesg, query
+from jobs import GATE_SYNCS_ONLY, dmesg, query, replayed
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, SIDE_KEY, parse
-from flux_epilog_gate.gate.holds import HOLD_EVENT
 
 #: Held jobs: with a 1 KiB chunk, a snapshot of some 150 parts.
 HELD = 1500
 CHUNK = 1024
-#: Only the gate's own syncs checkpoint during a test.
-CONFIG = '\n[kvs]\ncheckpoint-period = "1h"\n'
 
 
 @pytest.fixture
 def inst(new_instance):
-    return new_instance(config=CONFIG, plugin_conf={"snapshot-chunk": CHUNK})
+    return new_instance(config=GATE_SYNCS_ONLY, plugin_conf={"snapshot-chunk": CHUNK})
 
 
 def submit_waiting(handle, count, window=256):
@@ -95,20 +92,6 @@ def listed(gate):
 
 def logged(inst):
     return parse(inst.flux("kvs", "get", KEY).stdout)
-
-
-def replayed(jobs):
-    """The holds log entries ``jobs`` leave, each job's replayed in time
-    order as recovery does: a set of (id, description)."""
-    held = set()
-    for jobid, entries in jobs.items():
-        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
-            key = (jobid, context["description"])
-            if name == HOLD_EVENT:
-                held.add(key)
-            else:
-                held.discard(key)
-    return held
 
 
 def test_a_snapshot_in_parts_is_the_log_and_a_restart_recovers_every_hold(inst):

@@ -468,7 +468,9 @@ class HoldLog:
         # next snapshot, even in one commit, removes them.
         self.side_left = False
         #: Called as ``on_snapshot()`` each time a snapshot has replaced
-        #: the log (the plugin's memory policy), or None.
+        #: the log or a segment was made: the holds of that moment have
+        #: outlived a log's worth of records (the plugin's memory
+        #: policy); or None.
         self.on_snapshot = None
         # Armed after a failed commit left records queued (RETRY_DELAY).
         self.retry = None
@@ -586,19 +588,27 @@ class HoldLog:
 
     def _rotate(self):
         """KEY took :data:`MAX_APPENDS` appends: look its tree object up,
-        to make it the next segment.  No commit is sent meanwhile; the
-        batch waits (and goes with the segment)."""
+        to make it the next segment (the batch goes with it)."""
+        rotation = self.rotation = object()
+        self._look_up(
+            KEY, lambda treeobj, error: self._found_key(rotation, treeobj, error)
+        )
+
+    def _look_up(self, key, then):
+        """Look ``key``'s tree object up, then call ``then(treeobj,
+        error)``.  The lookup holds the place of a commit: none is sent
+        meanwhile, and the batch waits."""
         self.lines[:0], self.sent = self.sent, []
         self.waiters[:0], self.inflight = self.inflight, []
-        rotation = self.rotation = object()
-
-        def found(treeobj, error):
-            self._found_key(rotation, treeobj, error)
-
         try:
-            self.port.kvs_lookup_treeobj(KEY, found)
+            self.port.kvs_lookup_treeobj(key, then)
         except OSError as exc:
-            found(None, exc)
+            then(None, exc)
+
+    def _take_batch(self):
+        """The queued records and their callbacks go in the next commit."""
+        self.sent, self.lines = self.lines, []
+        self.inflight, self.waiters = self.waiters, []
 
     def _found_key(self, rotation, treeobj, error):
         if rotation is not self.rotation:
@@ -624,8 +634,7 @@ class HoldLog:
         if error is not None or not self.lines:
             self._kick()
             return
-        self.sent, self.lines = self.lines, []
-        self.inflight, self.waiters = self.waiters, []
+        self._take_batch()
         # Counted as made from now on, whatever the outcome (it may never
         # be known, should the plugin be unloaded): a number is never
         # used twice, and the next snapshot removes the segments.
@@ -644,6 +653,8 @@ class HoldLog:
             # KEY is as it was: made a segment at the next batch.
             self.appends = MAX_APPENDS
         self._committed(error)
+        if error is None:
+            self._tell()
 
     def _send_text(self, key, text, append):
         callback = self._committed
@@ -781,17 +792,10 @@ class HoldLog:
 
     def _look_up_parts(self, snap):
         """Every part is written: look up :data:`SIDE_KEY`'s tree object
-        for the swap.  No commit is sent meanwhile; the batch waits."""
-        self.lines[:0], self.sent = self.sent, []
-        self.waiters[:0], self.inflight = self.inflight, []
-
-        def found(treeobj, error):
-            self._found_parts(snap, treeobj, error)
-
-        try:
-            self.port.kvs_lookup_treeobj(SIDE_KEY, found)
-        except OSError as exc:
-            found(None, exc)
+        for the swap."""
+        self._look_up(
+            SIDE_KEY, lambda treeobj, error: self._found_parts(snap, treeobj, error)
+        )
 
     def _found_parts(self, snap, treeobj, error):
         # The lookup held the place of a commit.
@@ -805,8 +809,7 @@ class HoldLog:
             self._abandon(f"looking {SIDE_KEY} up: {error}")
             self._kick()
             return
-        self.sent, self.lines = self.lines, []
-        self.inflight, self.waiters = self.waiters, []
+        self._take_batch()
         tail = "".join(list(snap.since) + self.sent)
         # In this order: the parts become the log, the rest follows.
         snap.swap = [("put_treeobj", KEY, treeobj)]
@@ -841,6 +844,10 @@ class HoldLog:
         if self.served:
             served, self.served = self.served, []
             self._answer(served, None)
+        self._tell()
+
+    def _tell(self):
+        """Call :attr:`on_snapshot`, if set."""
         if self.on_snapshot is None:
             return
         try:

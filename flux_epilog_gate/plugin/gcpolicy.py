@@ -10,8 +10,8 @@ job-manager's thread, at whatever allocation crosses the threshold.
 :meth:`Freezer.freeze` moves every object tracked at that moment to the
 permanent generation (``gc.freeze()``), which collections no longer
 walk.  The plugin calls it once a load is ready (the holds it recovered)
-and whenever the hold log completes a snapshot (the holds at that point
-have outlived a log's worth of records).  Every generation is
+and whenever the hold log completes a snapshot or makes a segment (the
+holds at that point have outlived a log's worth of records).  Every generation is
 collected first, so no cyclic garbage of that moment is frozen; once
 the first freeze is made that walks only the objects made since the
 last one.

@@ -100,6 +100,16 @@ def test_a_full_key_after_a_large_snapshot_is_made_a_segment(port, small):
     assert replayed(port.hold_log()) == gate_holds(gate)
 
 
+def test_making_a_segment_tells_the_snapshot_hook(port, small):
+    """The plugin freezes the interpreter's objects then, as after a
+    snapshot: the holds of that moment have outlived a key's appends."""
+    gate = snapshotted(port, Gate(port))
+    calls = []
+    gate.holdlog.on_snapshot = lambda: calls.append(gate.holdlog.segment)
+    churn(port, gate, holdlog.MAX_APPENDS + 1)
+    assert calls == [1]
+
+
 def test_a_small_snapshot_is_not_followed_by_segments(port, small):
     gate = Gate(port)
     hold(port, gate, 1)
@@ -331,7 +341,9 @@ def test_a_snapshot_asked_for_goes_with_the_next_commit(port, small):
     assert gate.holdlog.commits == 7
 
 
-def test_a_snapshot_asked_for_in_parts_is_answered_after_the_swap(port):
+def asked_in_parts(port):
+    """A gate whose snapshot, asked for, is in parts (eight holds, parts
+    of 200 bytes); commits wait for the test.  Its answers."""
     gate = Gate(port)
     gate.holdlog.chunk = 200
     for jobid in range(1, 9):
@@ -339,6 +351,11 @@ def test_a_snapshot_asked_for_in_parts_is_answered_after_the_swap(port):
     port.defer_commits = True
     answers = []
     gate.snapshot(lambda size, error: answers.append(error))
+    return gate, answers
+
+
+def test_a_snapshot_asked_for_in_parts_is_answered_after_the_swap(port):
+    gate, answers = asked_in_parts(port)
     while port.pending_commits or port.pending_lookups:
         assert answers == []
         if port.pending_commits:
@@ -364,13 +381,7 @@ def test_a_snapshot_asked_for_during_a_recovery_is_refused(port):
 
 
 def test_a_snapshot_given_up_is_answered_with_the_reason(port):
-    gate = Gate(port)
-    gate.holdlog.chunk = 200
-    for jobid in range(1, 9):
-        hold(port, gate, jobid)
-    port.defer_commits = True
-    answers = []
-    gate.snapshot(lambda size, error: answers.append(error))
+    _, answers = asked_in_parts(port)
     port.complete_commit(errno.EIO)
     (error,) = answers
     assert error.errno == errno.EAGAIN and "given up" in error.strerror

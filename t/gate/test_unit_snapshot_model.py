@@ -50,6 +50,9 @@ class SnapshotMachine(RuleBasedStateMachine):
         self.gate.holdlog.chunk = 150
         #: Holds whose record was acknowledged: hold object -> key.
         self.acknowledged = {}
+        #: Snapshots asked for (the snapshot request), and their answers.
+        self.asked = 0
+        self.asked_answers = []
         # Jobs 1 to 8, each with a hold already recorded.
         for jobid in range(1, 9):
             self.port.add_job(jobid, SCHED, USER)
@@ -100,6 +103,20 @@ class SnapshotMachine(RuleBasedStateMachine):
     @rule()
     def snapshot_due(self):
         self.gate.holdlog.appends = holdlog.MAX_APPENDS
+
+    @rule()
+    def ask_snapshot(self):
+        """The snapshot request: answered once, whatever comes."""
+        self.asked += 1
+        asked = self.asked
+        self.gate.snapshot(
+            lambda size, error: self.asked_answers.append((asked, error))
+        )
+
+    @invariant()
+    def a_snapshot_asked_for_is_answered_at_most_once(self):
+        asked = [k for k, _ in self.asked_answers]
+        assert len(set(asked)) == len(asked)
 
     # The KVS
 
@@ -167,6 +184,9 @@ class SnapshotMachine(RuleBasedStateMachine):
         holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = self.limits
         # Everything answered, no failure.
         drain(port)
+        assert len(self.asked_answers) == self.asked
+        if any(error is None for _, error in self.asked_answers):
+            event("a snapshot asked for was made")
         assert replayed(port.hold_log()) == gate_holds(gate)
         # One more snapshot, to its end: the side key goes, and so do
         # the segments.
