@@ -137,6 +137,12 @@ def test_a_snapshot_request_removes_the_segments_and_answers_the_size(inst):
 @pytest.mark.parametrize("payload", [[], {"id": 1}, {"bytes": 0}])
 def test_a_malformed_snapshot_request_is_refused(inst, payload):
     handle = inst.handle()
+    EpilogGate(handle).hold(waiting_jobs(handle, 1)[0], "kept")
+    before = query(inst)["counters"]
     with pytest.raises(OSError) as info:
         handle.rpc("job-manager.epilog-gate.snapshot", payload).get()
     assert info.value.errno == errno.EPROTO and "snapshot" in str(info.value)
+    # Nothing written: the log is as it was.
+    after = query(inst)["counters"]
+    assert after["log_commits"] == before["log_commits"]
+    assert after["holds"] == before["holds"] == 1

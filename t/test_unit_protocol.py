@@ -17,6 +17,7 @@ from flux_epilog_gate.gate.protocol import (
     parse_hold,
     parse_list,
     parse_release,
+    parse_snapshot,
     parse_watch,
     parse_watch_ack,
 )
@@ -364,3 +365,22 @@ def test_watch_ack_accepts_exactly_a_matchtag_and_a_count_in_range(payload):
         return
     assert valid and (matchtag, count) == (payload["matchtag"], payload["count"])
     assert 0 <= matchtag < 2**32 and count >= 0
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3)
+    | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(JSON)
+def test_snapshot_accepts_only_an_empty_object_or_no_payload(payload):
+    if payload is None or payload == {}:
+        parse_snapshot(payload)
+        return
+    with pytest.raises(GateError) as info:
+        parse_snapshot(payload)
+    assert info.value.errnum == errno.EPROTO
+    assert info.value.message.startswith("snapshot: ")
