@@ -344,6 +344,11 @@ class Recovering(Exception):
     """A snapshot met a job whose holds are being recovered."""
 
 
+def _recovering_error():
+    """The answer to a snapshot asked for while a job is recovered."""
+    return OSError(errno.EAGAIN, "a job's holds are being recovered: try again")
+
+
 class Snapshot:
     """The content of one snapshot, made part after part.
 
@@ -566,6 +571,9 @@ class HoldLog:
                 return
         if self.snap is not None:
             self._send_part()
+        elif self.sent and self.appends >= MAX_APPENDS:
+            # KEY is full, and _due() found no snapshot due.
+            self._rotate()
         else:
             self._send_batch()
 
@@ -574,10 +582,6 @@ class HoldLog:
             # Only a snapshot, given up, was to be sent.
             waiters, self.inflight = self.inflight, None
             self._answer(waiters or (), None)
-            return
-        if self.appends >= MAX_APPENDS:
-            # (And _due() found no snapshot due.)
-            self._rotate()
             return
         text = "".join(self.sent)
         self.appends += 1
@@ -617,20 +621,20 @@ class HoldLog:
         self.rotation = self.inflight = None
         if error is None:
             error = _value_treeobj_error(treeobj)
-        elif error.errno == errno.ENOENT:
-            # No KEY yet: nothing to make a segment of.
-            self.appends = 0
-            self._kick()
-            return
+        else:
+            error = "" if error.errno == errno.ENOENT else error.strerror
         if error is not None:
-            self.port.log(
-                syslog.LOG_ERR,
-                f"{KEY}: making it a segment: {error}: "
-                "a snapshot replaces the log instead",
-            )
-            # Appended to as it is meanwhile (no lookup again).
+            # Appended to as it is meanwhile (no lookup again); if it is
+            # there at all (ENOENT: nothing to make a segment of), a
+            # snapshot replaces the log instead.
             self.appends = 0
-            self.size = max(self.size, MAX_BYTES, 2 * self.snapshot_size)
+            if error:
+                self.port.log(
+                    syslog.LOG_ERR,
+                    f"{KEY}: making it a segment: {error}: "
+                    "a snapshot replaces the log instead",
+                )
+                self.size = max(self.size, MAX_BYTES, 2 * self.snapshot_size)
         if error is not None or not self.lines:
             self._kick()
             return
@@ -679,8 +683,8 @@ class HoldLog:
             self._snapshot_done()
 
     def _replaced(self):
-        """A snapshot is the whole log: KEY is the open key again, and
-        neither SEGMENTS nor SIDE_KEY holds anything."""
+        """A snapshot is the whole log: neither SEGMENTS nor SIDE_KEY
+        holds anything, and no snapshot asked for is due any more."""
         self.segment = 0
         self.segments_left = self.side_left = False
         # Served: no other snapshot is due for them.
@@ -702,12 +706,12 @@ class HoldLog:
         self._commit_ops(ops, self._snapshot_committed, self.sync)
 
     def _due(self):
-        """True if the next commit should be a snapshot: by bytes (at
-        most as many appended since the last one as it took), or once the
-        open key took :data:`MAX_APPENDS` appends (the KVS rewrites a
+        """True if the next commit should be a snapshot: asked for, by
+        bytes (at most as many appended since the last one as it took),
+        or once KEY took :data:`MAX_APPENDS` appends (the KVS rewrites a
         value's references on every append) if the snapshot is small or
-        :data:`MAX_SEGMENTS` segments follow it; else the next batch
-        opens a new segment."""
+        :data:`MAX_SEGMENTS` segments follow it; else a full KEY is made
+        a segment."""
         if (
             self.replace
             or self.compacting
@@ -731,9 +735,7 @@ class HoldLog:
         try:
             lines = snap.take(limit)
         except Recovering:
-            self._compacted(
-                OSError(errno.EAGAIN, "a job's holds are being recovered: try again")
-            )
+            self._compacted(_recovering_error())
             return None
         if not snap.content_left():
             # Never empty: an empty value reads back as NULL.
@@ -868,9 +870,7 @@ class HoldLog:
         if self.snap is not None:
             self.snap = None
             self.side_left = True
-            self._compacted(
-                OSError(errno.EAGAIN, "a job's holds are being recovered: try again")
-            )
+            self._compacted(_recovering_error())
 
     def _forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""

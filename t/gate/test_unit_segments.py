@@ -397,3 +397,12 @@ def test_an_unload_answers_a_snapshot_asked_for(port):
     gate.suspend()
     (error,) = answers
     assert error.errno == errno.EAGAIN and "unloaded" in error.strerror
+
+
+def test_a_full_key_that_is_not_there_is_appended_to_and_nothing_logged(port, small):
+    gate = snapshotted(port, Gate(port))
+    del port.kvs[KEY]
+    gate.holdlog.appends = holdlog.MAX_APPENDS
+    hold(port, gate, 70)
+    assert port.commits[-1][0] == KEY and port.commits[-1][2] is True
+    assert errors(port) == [] and port.kvs_dir(SEGMENTS) is None
