@@ -125,6 +125,8 @@ REFUSED_RELEASE = [
         {"status": -(2**31) - 1}, errno.EINVAL, "out of range", id="status-small"
     ),
     pytest.param({"description": "b b"}, errno.EINVAL, "b b", id="desc-space"),
+    # "bb" then a NUL: the held hold's name, were the string cut there.
+    pytest.param({"description": "bb\x00"}, errno.EINVAL, "bb", id="desc-nul"),
     pytest.param({"id": -1}, errno.EINVAL, "-1", id="id-negative"),
 ]
 
@@ -154,6 +156,12 @@ BAD_VALUES = [
     pytest.param({"id": -1}, "-1", id="id-negative"),
     pytest.param({"timeout": 0}, "timeout", id="timeout-zero"),
     pytest.param({"timeout": -5}, "timeout", id="timeout-negative"),
+    pytest.param({"point": "clean"}, "'clean'", id="point-unknown"),
+    # Two names run together, as fastpath.c's table of points keeps them.
+    pytest.param({"point": "epilog|prolog"}, "epilog|prolog", id="point-two-names"),
+    pytest.param({"point": "prolog|"}, "prolog|", id="point-separator"),
+    pytest.param({"description": "bb\x00"}, "bb", id="desc-nul"),
+    pytest.param({"point": "prolog\x00"}, "prolog", id="point-nul"),
 ]
 
 

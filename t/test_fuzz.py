@@ -31,7 +31,16 @@ from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.testing import Instance
 
 SERVICE = "job-manager.epilog-gate"
-ALLOWED = {errno.EPROTO, errno.EINVAL, errno.ENOENT, errno.EPERM, errno.ENOSPC}
+#: The errors a request may get (EEXIST: the same description held at
+#: another point).
+ALLOWED = {
+    errno.EPROTO,
+    errno.EINVAL,
+    errno.ENOENT,
+    errno.EPERM,
+    errno.ENOSPC,
+    errno.EEXIST,
+}
 #: Requests per method (four methods: at least 10,000 in total).
 PER_METHOD = 2500
 BATCH = (45, 60)
@@ -102,6 +111,8 @@ UNICODE = st.text(min_size=1, max_size=80) | st.sampled_from(
 )
 DESCRIPTION = st.one_of(
     st.sampled_from(POOL),
+    # A held description, then a NUL: what C reads of it, cut there.
+    st.sampled_from(POOL).map(lambda d: d + "\x00"),
     st.from_regex(r"[A-Za-z0-9._-]{1,64}", fullmatch=True),
     st.just(""),
     st.just("x" * 64),
@@ -183,14 +194,26 @@ GOOD_DESCRIPTION = st.sampled_from(POOL) | st.from_regex(
     r"[A-Za-z0-9._-]{1,64}", fullmatch=True
 )
 GOOD_ID = JOB | st.integers(0, 2**64 - 1)
+GOOD_POINT = st.sampled_from(["epilog", "prolog", "depend"])
+#: A point as C and Python read it: near misses, names run together
+#: (``|`` separates them in fastpath.c's table), any text or JSON.
+POINT = st.one_of(
+    GOOD_POINT,
+    st.lists(GOOD_POINT | st.just(""), min_size=2, max_size=3).map("|".join),
+    st.sampled_from(["EPILOG", " epilog", "epilog\u0000"]) | st.text(max_size=12),
+    ANY_JSON,
+)
 HOLD = requests(
-    {"id": HOLD_ID, "description": DESCRIPTION, "timeout": TIMEOUT},
+    {"id": HOLD_ID, "description": DESCRIPTION, "timeout": TIMEOUT, "point": POINT},
     st.fixed_dictionaries(
         {
             "id": JOB_NO_ACTIVE | st.integers(0, 2**64 - 1),
             "description": GOOD_DESCRIPTION,
         },
-        optional={"timeout": st.floats(min_value=1e-9, max_value=1e9)},
+        optional={
+            "timeout": st.floats(min_value=1e-9, max_value=1e9),
+            "point": GOOD_POINT,
+        },
     ),
 )
 RELEASE = requests(

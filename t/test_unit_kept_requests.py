@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from flux_epilog_gate.gate import Gate
 from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holds import ACTIVE, DEPEND, EPILOG, PROLOG
+from flux_epilog_gate.gate.holds import POINTS as HOLD_POINTS
 from flux_epilog_gate.gate.states import CLEANUP, INACTIVE, SCHED
 from flux_epilog_gate.gate.states import DEPEND as DEPEND_STATE
 from flux_epilog_gate.plugin import EpilogGatePlugin
@@ -67,6 +68,10 @@ class Ledger:
     def respond_error(self, msg, errnum, text):
         self._answer(msg)
 
+    def keep_request(self, msg):
+        # A reference Python's collector gives back: not the ledger's.
+        return msg
+
     def _answer(self, msg):
         if self.p is None:
             self.errors.append(f"request {msg} answered after the unload")
@@ -84,6 +89,32 @@ class Ledger:
         self.errors.append(where)
 
 
+class FakeLoad:
+    """The plugin's load, as far as requests wait on it (gate/loader.py,
+    Load.when_ready): recovering or ready, and closed by an unload."""
+
+    def __init__(self):
+        self.ready = True
+        self.waiting = []
+
+    def when_ready(self, run, refuse):
+        if self.ready:
+            run()
+        else:
+            self.waiting.append((run, refuse))
+
+    def recovered(self):
+        self.ready = True
+        waiting, self.waiting = self.waiting, []
+        for run, _ in waiting:
+            run()
+
+    def close(self):
+        waiting, self.waiting = self.waiting, []
+        for _, refuse in waiting:
+            refuse()
+
+
 class Harness:
     """An EpilogGatePlugin driving a gate on a FakePort with deferred
     commits; requests are numbered messages."""
@@ -94,7 +125,7 @@ class Harness:
         self.ledger = Ledger()
         self.plugin = EpilogGatePlugin(self.ledger)
         self.plugin.gate = Gate(self.port, Config(max_pending=max_pending))
-        self.plugin.load = SimpleNamespace(ready=True)
+        self.plugin.load = FakeLoad()
         self.sent = 0
         self.unloaded = False
 
@@ -105,15 +136,23 @@ class Harness:
         self.sent += 1
         return self.sent
 
-    def fast_hold(self, jobid, description, point=EPILOG, timeout=-1.0):
+    def _decoded(self):
+        """A request as fastpath.c passes it: with a reference taken for
+        the call to own."""
+        return self.ledger.own_request(self._msg())
+
+    def fast_hold(self, jobid, description, point=None, timeout=-1.0):
+        """As fastpath.c passes it: the point by its index (-1: none)."""
+        index = -1 if point is None else HOLD_POINTS.index(point)
         self.plugin.fast_hold(
-            self._msg(), jobid, description.encode(), timeout, point.encode()
+            self._decoded(), jobid, description.encode(), timeout, index
         )
 
     def fast_release(self, jobid, description, status=0):
-        self.plugin.fast_release(self._msg(), jobid, description.encode(), status)
+        self.plugin.fast_release(self._decoded(), jobid, description.encode(), status)
 
-    def general_hold(self, jobid, description, point=EPILOG):
+    def general_hold(self, jobid, description, point=None):
+        point = EPILOG if point is None else point
         self._general(self.plugin.hold, jobid, description, None, point)
 
     def general_release(self, jobid, description, status=0):
@@ -133,9 +172,17 @@ class Harness:
         if self.port.pending_commits:
             self.port.complete_commit(error)
 
+    def recovering(self):
+        """Requests wait from now on, as while the gate recovers."""
+        self.plugin.load.ready = False
+
+    def recovered(self):
+        self.plugin.load.recovered()
+
     def unload(self, orphan):
         """The plugin goes away; with ``orphan`` its commits in flight
         never call back, else they do, after it is gone."""
+        self.plugin.load.close()
         self.plugin.gate.suspend()
         self.ledger.p = None
         self.unloaded = True
@@ -143,6 +190,8 @@ class Harness:
             self.port.pending_commits.clear()
 
     def settle(self):
+        if not self.unloaded:
+            self.recovered()
         self.port.answer_all()
         self.port.advance(1.0)
         self.port.answer_all()
@@ -227,6 +276,37 @@ def test_a_hold_whose_commit_fails_is_answered_with_the_error_once(harness):
     harness.check()
 
 
+def test_requests_that_waited_on_recovery_give_their_requests_back(harness):
+    harness.recovering()
+    harness.fast_hold(1, "a")
+    harness.fast_release(1, "a")
+    assert harness.ledger.answers == Counter()
+    harness.recovered()
+    harness.settle()
+    assert harness.plugin.gate.list() == []
+    harness.check()
+
+
+def test_requests_waiting_on_recovery_at_the_unload_give_theirs_back(harness):
+    harness.recovering()
+    harness.fast_hold(1, "a")
+    harness.fast_release(1, "b")
+    harness.unload(orphan=False)
+    harness.settle()
+    harness.check()
+
+
+def test_an_injected_request_fault_answers_and_gives_the_request_back(harness):
+    """debug-fault=request makes the fast path raise before the gate has
+    the request: answered once (EIO), its reference given back."""
+    harness.plugin.gate.config.fault = "request"
+    harness.fast_hold(1, "a")
+    harness.fast_release(1, "a")
+    assert harness.ledger.answers == Counter({1: 1, 2: 1})
+    assert set(harness.ledger.owned.values()) == {0}
+    assert harness.plugin.gate.list() == []
+
+
 def test_holds_answered_after_the_unload_give_their_requests_back(harness):
     harness.fast_hold(1, "a")
     harness.fast_hold(1, "b")
@@ -239,7 +319,7 @@ def test_holds_answered_after_the_unload_give_their_requests_back(harness):
 
 JOBS = st.integers(1, 4)
 DESCRIPTIONS = st.sampled_from(["a", "b", "c"])
-POINTS = st.sampled_from([EPILOG, PROLOG, DEPEND])
+POINTS = st.sampled_from([None, EPILOG, PROLOG, DEPEND])
 STEPS = st.one_of(
     st.tuples(st.just("fast_hold"), JOBS, DESCRIPTIONS, POINTS),
     st.tuples(st.just("general_hold"), JOBS, DESCRIPTIONS, POINTS),
@@ -248,6 +328,8 @@ STEPS = st.one_of(
     st.tuples(st.just("commit"), st.sampled_from([None, None, errno.EIO])),
     st.tuples(st.just("advance"), st.floats(0.0, 0.2)),
     st.tuples(st.just("next_state"), JOBS),
+    st.tuples(st.just("recovering")),
+    st.tuples(st.just("recovered")),
 )
 
 

@@ -34,7 +34,7 @@ from functools import partial
 from ..errors import GateError
 from ..gate import protocol
 from ..gate.config import Config, ConfigError
-from ..gate.holds import EPILOG
+from ..gate.holds import EPILOG, POINTS
 from ..gate.loader import Load
 from ..gate.shutdown import BROKER_SHUTDOWN, Shutdown, loaded_from_config
 from ..jobtap.plugin import (
@@ -320,10 +320,12 @@ class GateDriver(Plugin):
 
     @job_topic("job.state.cleanup", id_only=True)
     def on_cleanup(self, jobid):
-        if not self.driving:
+        # self.driving and self.fault(), written out: this is every held
+        # job's activation.
+        host = self.host
+        if host is None or host.driver is not self:
             return
         gate = self.gate
-        # Tested before the call: this is every held job's activation.
         if gate.config.fault is not None:
             self.fault("job")
         gate.on_cleanup(jobid)
@@ -578,84 +580,85 @@ class EpilogGatePlugin(GateDriver):
         """Define the extern "Python" functions fastpath.c calls."""
 
         @ffi.def_extern()
-        def gate_py_hold(handle, msg, jobid, description, timeout, point):
-            ffi.from_handle(handle).fast_hold(msg, jobid, description, timeout, point)
+        def gate_py_hold(handle, kept, jobid, description, timeout, point):
+            ffi.from_handle(handle).fast_hold(kept, jobid, description, timeout, point)
 
         @ffi.def_extern()
-        def gate_py_release(handle, msg, jobid, description, status):
-            ffi.from_handle(handle).fast_release(msg, jobid, description, status)
+        def gate_py_release(handle, kept, jobid, description, status):
+            ffi.from_handle(handle).fast_release(kept, jobid, description, status)
 
     # The owner's hold and release, decoded in C: the bulk of the traffic,
-    # so written with as few Python calls as the answer allows.
+    # so written with as few Python calls as the answer allows.  C passes
+    # a reference on the request (``kept``) that these calls own, as
+    # GatePort.own_request would return it: the answer the gate takes
+    # gives it back, and every path that never reaches the gate drops it
+    # (see _decoded_failed).
 
-    def fast_hold(self, msg, jobid, description, timeout, point):
-        try:
-            string = self.jobtap.ffi.string
-            description = string(description).decode()
-            point = string(point).decode() or EPILOG
-        except Exception:  # noqa: BLE001 - inside the job-manager
-            internal_error(self, msg)
-            return
-        timeout = None if timeout < 0 else timeout
-        if not self.load.ready:
-            self._wait_decoded(msg, self.hold, (jobid, description, timeout, point))
-            return
-        # _answer_decoded() and hold(), written out: this is the bulk of
-        # the traffic, and each Python call costs about a thousand
-        # instructions of the job-manager's thread.
-        try:
-            gate = self.gate
-            if gate.config.fault is not None:
-                self.fault("request")
-            jobtap = self.jobtap
-            kept = jobtap.own_request(msg)
-            try:
-                gate.requests.hold(
-                    jobid, description, timeout, point, partial(self._answer_hold, kept)
-                )
-            except GateError:
-                # Refused before anything took the answer (see
-                # Requests.hold): the reference is still ours.
-                jobtap.drop_request(kept)
-                raise
-        except GateError as exc:
-            self.jobtap.respond_error(msg, exc.errnum, exc.message)
-        except Exception:  # noqa: BLE001 - inside the job-manager
-            internal_error(self, msg)
-
-    def fast_release(self, msg, jobid, description, status):
+    def fast_hold(self, kept, jobid, description, timeout, point):
         try:
             description = self.jobtap.ffi.string(description).decode()
+            # C passes the point's index in POINTS (-1: none was given).
+            point = POINTS[point] if point >= 0 else EPILOG
+            ready, gate = self.load.ready, self.gate
+            if ready and gate.config.fault is not None:
+                self.fault("request")
         except Exception:  # noqa: BLE001 - inside the job-manager
-            internal_error(self, msg)
+            self._decoded_failed(kept)
             return
-        if not self.load.ready:
-            self._wait_decoded(msg, self.release, (jobid, description, status))
+        timeout = None if timeout < 0 else timeout
+        if not ready:
+            self._wait_decoded(kept, self.hold, (jobid, description, timeout, point))
+            return
+        # hold() and _keeping(), written out: this is the bulk of the
+        # traffic, and each Python call costs about a thousand
+        # instructions of the job-manager's thread.
+        try:
+            gate.requests.hold(
+                jobid, description, timeout, point, partial(self._answer_hold, kept)
+            )
+        except GateError as exc:
+            # Refused before anything took the answer (see Requests.hold).
+            self.jobtap.answer_error(kept, exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            # The answer may have been taken: the reference is its own.
+            internal_error(self, kept)
+
+    def fast_release(self, kept, jobid, description, status):
+        try:
+            description = self.jobtap.ffi.string(description).decode()
+            ready, gate = self.load.ready, self.gate
+            if ready and gate.config.fault is not None:
+                self.fault("request")
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            self._decoded_failed(kept)
+            return
+        if not ready:
+            self._wait_decoded(kept, self.release, (jobid, description, status))
             return
         try:
-            gate = self.gate
-            if gate.config.fault is not None:
-                self.fault("request")
-            jobtap = self.jobtap
-            kept = jobtap.own_request(msg)
-            try:
-                gate.requests.release(
-                    jobid, description, status, partial(self._answer_release, kept)
-                )
-            except GateError:
-                jobtap.drop_request(kept)
-                raise
+            gate.requests.release(
+                jobid, description, status, partial(self._answer_release, kept)
+            )
         except GateError as exc:
-            self.jobtap.respond_error(msg, exc.errnum, exc.message)
+            self.jobtap.answer_error(kept, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
-            internal_error(self, msg)
+            internal_error(self, kept)
 
-    def _wait_decoded(self, msg, handle, values):
-        """A request decoded in C that arrived while the gate's view is
-        incomplete: ``handle(msg, *values)`` answers it once it is
-        complete (``values`` are Python's own: C's strings do not outlive
-        this call)."""
-        kept = self.jobtap.keep_request(msg)
+    def _decoded_failed(self, kept):
+        """A request decoded in C failed before the gate had it: answered
+        as an internal error, and its reference given back."""
+        try:
+            internal_error(self, kept)
+        finally:
+            self.jobtap.drop_request(kept)
+
+    def _wait_decoded(self, owned, handle, values):
+        """A request decoded in C (``owned``: the reference C took) that
+        arrived while the gate's view is incomplete: ``handle(msg,
+        *values)`` answers it once it is complete (``values`` are
+        Python's own: C's strings do not outlive this call)."""
+        kept = self.jobtap.keep_request(owned)
+        self.jobtap.drop_request(owned)
         self.load.when_ready(
             lambda: self._answer_decoded(kept, handle, values),
             lambda: self.jobtap.respond_error(kept, errno.EAGAIN, UNLOADED_WAITING),

@@ -37,7 +37,7 @@ double gate_stamp (char *text);
 CDEF = """
 extern "Python" void gate_py_hold (void *self, const flux_msg_t *msg,
                                    flux_jobid_t id, const char *description,
-                                   double timeout, const char *point);
+                                   double timeout, int point);
 extern "Python" void gate_py_release (void *self, const flux_msg_t *msg,
                                       flux_jobid_t id,
                                       const char *description, int status);

@@ -6,17 +6,21 @@
  * prototypes of gate_py_hold and gate_py_release (plugin.py).
  *
  *  - The owner's well-formed hold and release requests, the bulk of the
- *    gate's traffic, are decoded here and reach Python as plain values;
- *    anything else takes the runtime's general path (runtime_request_cb),
- *    where Python explains what is wrong.
+ *    gate's traffic, are decoded here and reach Python as plain values,
+ *    with a reference on the request that Python owns from then on (one
+ *    answer below, or a drop, gives it back); anything else takes the
+ *    runtime's general path (runtime_request_cb), where Python explains
+ *    what is wrong.
  *  - The events and answers of a hold's life are packed here rather than
  *    encoded in Python.
  */
 
 /* A description as the spec allows it (holds.py: the same grammar),
- * looked up in a table made once from GATE_DESCRIPTION_CHARS.
+ * looked up in a table made once from GATE_DESCRIPTION_CHARS.  LENGTH
+ * is its length in the payload: a JSON string may hold a NUL, which
+ * would end the C string early.
  */
-static int gate_valid_description (const char *s)
+static int gate_valid_description (const char *s, size_t length)
 {
     static unsigned char allowed[256];
     static int made = 0;
@@ -31,43 +35,58 @@ static int gate_valid_description (const char *s)
         if (!allowed[(unsigned char)s[n]])
             return 0;
     }
-    return n >= 1 && n <= GATE_DESCRIPTION_MAX;
+    return n == length && n >= 1 && n <= GATE_DESCRIPTION_MAX;
 }
 
-/* One of the points a hold may keep its job at (GATE_POINTS: "|a|b|"). */
-static int gate_valid_point (const char *point)
+/* The index of POINT among the points a hold may keep its job at
+ * (GATE_POINTS: "|a|b|", the order of holds.POINTS), or -1 if it is
+ * none of them ("a|b" is none: it would match across a separator).
+ */
+static int gate_point_index (const char *point)
 {
     char word[32];
+    const char *at;
+    int index = 0;
 
-    if (snprintf (word, sizeof (word), "|%s|", point) >= (int)sizeof (word))
-        return 0;
-    return strstr (GATE_POINTS, word) != NULL;
+    if (strchr (point, '|')
+        || snprintf (word, sizeof (word), "|%s|", point) >= (int)sizeof (word)
+        || !(at = strstr (GATE_POINTS, word)))
+        return -1;
+    for (const char *c = GATE_POINTS; c < at; c++) {
+        if (*c == '|')
+            index++;
+    }
+    return index;
 }
 
-/* The owner's hold: {id, description, timeout?, point?}, strictly.
+/* The owner's hold: {id, description, timeout?, point?}, strictly; the
+ * point reaches Python as its index in holds.POINTS (-1: none given).
  * Returns 0 if the request must take the general path.
  */
 static int gate_fast_hold (void *self, const flux_msg_t *msg)
 {
     json_int_t id;
     const char *description;
+    size_t length;
     const char *point = NULL;
+    size_t point_length = 0;
     json_t *timeout = NULL;
+    int index = -1;
 
-    if (flux_request_unpack (msg, NULL, "{s:I s:s s?o s?s !}",
+    if (flux_request_unpack (msg, NULL, "{s:I s:s% s?o s?s% !}",
                              "id", &id,
-                             "description", &description,
+                             "description", &description, &length,
                              "timeout", &timeout,
-                             "point", &point) < 0
+                             "point", &point, &point_length) < 0
         || id < 0
-        || !gate_valid_description (description)
-        || (point && !gate_valid_point (point))
+        || !gate_valid_description (description, length)
+        || (point && (strlen (point) != point_length
+                      || (index = gate_point_index (point)) < 0))
         || (timeout && (!json_is_number (timeout)
                         || json_number_value (timeout) <= 0.)))
         return 0;
-    gate_py_hold (self, msg, (flux_jobid_t)id, description,
-                  timeout ? json_number_value (timeout) : -1.,
-                  point ? point : "");
+    gate_py_hold (self, flux_msg_incref (msg), (flux_jobid_t)id, description,
+                  timeout ? json_number_value (timeout) : -1., index);
     return 1;
 }
 
@@ -76,15 +95,16 @@ static int gate_fast_release (void *self, const flux_msg_t *msg)
 {
     json_int_t id;
     const char *description;
+    size_t length;
     json_t *status = NULL;
     json_int_t value = 0;
 
-    if (flux_request_unpack (msg, NULL, "{s:I s:s s?o !}",
+    if (flux_request_unpack (msg, NULL, "{s:I s:s% s?o !}",
                              "id", &id,
-                             "description", &description,
+                             "description", &description, &length,
                              "status", &status) < 0
         || id < 0
-        || !gate_valid_description (description))
+        || !gate_valid_description (description, length))
         return 0;
     if (status) {
         if (!json_is_integer (status))
@@ -93,7 +113,8 @@ static int gate_fast_release (void *self, const flux_msg_t *msg)
         if (value < INT_MIN || value > INT_MAX)
             return 0;
     }
-    gate_py_release (self, msg, (flux_jobid_t)id, description, (int)value);
+    gate_py_release (self, flux_msg_incref (msg), (flux_jobid_t)id,
+                     description, (int)value);
     return 1;
 }
 
