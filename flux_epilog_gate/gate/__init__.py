@@ -263,9 +263,18 @@ class Gate:
     @shutdown.setter
     def shutdown(self, shutdown):
         self._shutdown = shutdown
-        self.requests.shutdown = shutdown
-        self.lifecycle.shutdown = shutdown
-        self.epilog.shutdown = shutdown
+        self.shutdown_changed()
+
+    def shutdown_changed(self):
+        """Tell the objects the shutdown hooks into of it once it is under
+        way (:attr:`~flux_epilog_gate.gate.shutdown.Shutdown.underway`):
+        its hooks do nothing before, and the paths of every held job
+        need not call them."""
+        shutdown = self._shutdown
+        hooked = shutdown if shutdown is not None and shutdown.underway else None
+        self.requests.shutdown = hooked
+        self.lifecycle.shutdown = hooked
+        self.epilog.shutdown = hooked
 
     def holds(self):
         """Every hold of every job, or None while some job's holds are

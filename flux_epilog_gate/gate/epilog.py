@@ -60,8 +60,10 @@ class EpilogPoint(HoldPoint):
     def place(self, job, hold, state):
         """A new epilog hold: active at once past the point, else pending."""
         recovery = job.recovery
+        # past_point() is false outside CLEANUP, where most holds are
+        # placed: tested here, the call costs more than the test.
         if (recovery is None or not recovery.active) and (
-            job.at_point or self.past_point(job, state)
+            job.at_point or (state == CLEANUP and self.past_point(job, state))
         ):
             self.activate(job, hold)
             job.at_point = True
@@ -73,7 +75,11 @@ class EpilogPoint(HoldPoint):
     def finish(self, job, hold, status, reason, note=None, raised=False):
         if status != 0 and not raised:
             self._raise(job.id, hold, status, reason, note)
-        self._post_finish(job.id, hold.description, status)
+        # _post_finish(), written out: this ends every epilog hold.
+        try:
+            self.port.epilog_finish(job.id, hold.description, status)
+        except OSError as exc:
+            self._finish_failed(job.id, hold.description, exc)
 
     # Job-manager callbacks
 
@@ -191,9 +197,12 @@ class EpilogPoint(HoldPoint):
         try:
             self.port.epilog_finish(jobid, description, status)
         except OSError as exc:
-            self.port.log(
-                syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
-            )
+            self._finish_failed(jobid, description, exc)
+
+    def _finish_failed(self, jobid, description, exc):
+        self.port.log(
+            syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
+        )
 
     def _raise(self, jobid, hold, status, reason, note=None):
         if note is None:

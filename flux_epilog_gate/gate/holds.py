@@ -72,10 +72,13 @@ class Reason(StrEnum):
     DEPENDENCY_ADD_FAILED = "dependency-add failed"
 
 
-# The members by their short names, as the gate's modules use them.
+# The members by their short names, as the gate's modules use them.  (A
+# member read from its class takes a slow path, EnumType having a
+# __getattr__: the end of every hold reads these two.)
 EPILOG, PROLOG, DEPEND = Point
 POINTS = tuple(point.value for point in Point)
 PENDING, ACTIVE, GONE = HoldState
+RELEASED, TIMED_OUT = Reason.RELEASED, Reason.TIMED_OUT
 
 #: ``epilog-finish`` status posted when a hold's timeout expires.
 TIMEOUT_STATUS = 124

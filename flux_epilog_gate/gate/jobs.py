@@ -102,9 +102,14 @@ class GoneLog:
         self._entries = OrderedDict()
 
     def add(self, jobid, description, reason):
-        self._entries[(jobid, description)] = reason
-        self._entries.move_to_end((jobid, description))
-        self.trim()
+        entries = self._entries
+        key = (jobid, description)
+        entries[key] = reason
+        entries.move_to_end(key)
+        # At most one over the limit (trim() keeps to it when the limit
+        # changes): this runs for every hold that ends.
+        if len(entries) > self.limit:
+            entries.popitem(last=False)
 
     def get(self, jobid, description):
         return self._entries.get((jobid, description))
@@ -115,7 +120,12 @@ class GoneLog:
             self._entries.popitem(last=False)
 
     def discard(self, jobid, description):
-        self._entries.pop((jobid, description), None)
+        # Called for every new hold, whose key is seldom here: an
+        # OrderedDict's pop() with a default parses its arguments by
+        # keyword, which costs more than the test.
+        key = (jobid, description)
+        if key in self._entries:
+            del self._entries[key]
 
     def __len__(self):
         return len(self._entries)
@@ -166,9 +176,11 @@ class JobTable(dict):
     def posted(self, job, name):
         """True if event ``name`` is in the job's eventlog: posted since
         this job-manager started, or read from the eventlog on recovery."""
-        return name in self.replayed_progress.get(job.id, ()) or self.port.posted(
-            job.id, name
-        )
+        replayed = self.replayed_progress
+        # Empty but after a restart: tested first, the lookup costs more.
+        if replayed and name in replayed.get(job.id, ()):
+            return True
+        return self.port.posted(job.id, name)
 
     def holds(self):
         """Every hold of every job, or None while some job's holds are

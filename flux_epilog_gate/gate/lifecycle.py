@@ -12,7 +12,7 @@ it is gone, the counters count it and the hold log records it.
 import syslog
 
 from ..jobid import f58
-from .holds import ACTIVE, GONE, PENDING, TIMEOUT_STATUS, Reason
+from .holds import ACTIVE, GONE, PENDING, TIMED_OUT, TIMEOUT_STATUS, Reason
 
 
 class Lifecycle:
@@ -110,7 +110,7 @@ class Lifecycle:
             self.annotations.update(job)
         self.points[hold.point].finish(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
-        if reason != Reason.TIMED_OUT:
+        if reason != TIMED_OUT:
             self.holdlog.release(hold, status, done)
 
     def end(self, hold, status, reason, note):

@@ -9,7 +9,7 @@ from functools import partial
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import NotConfirmed
-from .holds import ACTIVE, DEPEND, EPILOG, Hold, Reason
+from .holds import ACTIVE, DEPEND, EPILOG, RELEASED, Hold, Reason
 from .listing import list_answer
 from .states import INACTIVE
 
@@ -84,8 +84,9 @@ class Requests:
         hold = Hold(jobid, description, userid, t_hold, timeout, point, t_text)
         tracked = job is not None
         job = job or self.jobs.track(jobid, userid)
+        where = self.points[point]
         try:
-            self.points[point].place(job, hold, state)
+            where.place(job, hold, state)
         except GateError:
             if not tracked:
                 self.jobs.untrack(job)
@@ -95,9 +96,7 @@ class Requests:
             self.annotations.update(job)
         self.jobs.gone.discard(jobid, description)
         self.stats["held"] += 1
-        self.points[point].record(
-            hold, None if done is None else partial(self._held, hold, done)
-        )
+        where.record(hold, None if done is None else partial(self._held, hold, done))
         return hold, True
 
     def _refuse_busy(self, method):
@@ -172,9 +171,7 @@ class Requests:
             if recorded is not None:
                 self.holdlog.barrier(recorded)
         else:
-            self.lifecycle.finish(
-                job, hold, status, Reason.RELEASED, recorded, raised=raised
-            )
+            self.lifecycle.finish(job, hold, status, RELEASED, recorded, raised=raised)
         return result
 
     def list(self, jobid=None, userid=None):

@@ -93,18 +93,29 @@ class Shutdown:
         self.from_config = False
         self._timer = None
         self._sweeper = None
-        previous, gate.shutdown = gate.shutdown, self
+        previous = gate.shutdown
         if previous is not None:
             # Loaded again during a shutdown: the bound does not move.
             self.began, self.expired = previous.began, previous.expired
             self.action, self.named = previous.action, previous.named
             self.from_config = previous.from_config
+        gate.shutdown = self
+
+    @property
+    def underway(self):
+        """True once the broker has entered CLEANUP (or a later state):
+        until then the gate's hooks below have nothing to do, and the
+        gate does not call them (see Gate.shutdown_changed)."""
+        state = self.broker_state
+        return self.began is not None or (state is not None and state >= BROKER_CLEANUP)
 
     # The broker's state
 
     def on_broker_state(self, state):
         """The broker entered ``state`` (a broker_state_t)."""
         previous, self.broker_state = self.broker_state, state
+        if state >= BROKER_CLEANUP and self.gate.shutdown is self:
+            self.gate.shutdown_changed()
         if state == BROKER_CLEANUP:
             self.begin()
         elif state > BROKER_CLEANUP:

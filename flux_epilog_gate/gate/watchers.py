@@ -171,14 +171,16 @@ class Watchers:
     def _offer(self, watcher, payload):
         """Send ``payload`` to ``watcher``, or queue it behind what waits."""
         backlog = self.config.watch_backlog
-        # watcher.unacknowledged >= watcher.window(backlog), written out:
-        # this runs for every activation.
+        # watcher.unacknowledged >= watcher.window(backlog) and _send(),
+        # written out: this runs for every activation.
         if watcher.queue or watcher.sent - watcher.acked >= min(WINDOW, backlog):
             watcher.queue.append(payload)
             if watcher.behind > backlog:
                 self._end_behind(watcher)
-            return
-        self._send(watcher, payload)
+        elif self.port.send_activation(watcher.sink, payload):
+            watcher.sent += 1
+        else:
+            self._drop(watcher)
 
     def _drain(self, watcher):
         """Send what waits while the stream has room."""
