@@ -151,9 +151,11 @@ def inner(config, workload, jobs, outdir):
         drive(client, ids, workload, gated)
 
 
-def measure(config, jobs, workdir, workload="exception"):
-    """Run one configuration; return the job-manager thread's profile."""
-    out = os.path.join(workdir, f"{workload}-{config}")
+def measure(config, jobs, workdir, workload="exception", rep=None):
+    """Run one configuration (repetition ``rep``, if several); return the
+    job-manager thread's profile."""
+    name = f"{workload}-{config}" if rep is None else f"{workload}-{config}-{rep}"
+    out = os.path.join(workdir, name)
     shutil.rmtree(out, ignore_errors=True)
     os.makedirs(out)
     wrap = ",".join(
@@ -259,21 +261,48 @@ RATIOS = (
 )
 
 
+def combined(runs):
+    """One configuration's result over its repetitions: the median run's
+    counts (by instructions per job), with every run under ``runs``."""
+    if len(runs) == 1:
+        return runs[0]
+    ordered = sorted(runs, key=lambda r: r["instructions_per_job"])
+    return dict(ordered[(len(ordered) - 1) // 2], runs=runs)
+
+
 def report(results, jobs, workload):
     print(f"job-manager thread, {workload} path, {jobs} jobs per configuration")
     print(f"  {'config':16}{'instr/job':>12}{'of it Python':>14}{'fnmatch/job':>13}")
     for config, r in results.items():
+        spread = ""
+        if "runs" in r:
+            counts = [run["instructions_per_job"] / 1e3 for run in r["runs"]]
+            spread = f"   (runs {min(counts):.1f}k to {max(counts):.1f}k)"
         print(
             f"  {config:16}{r['instructions_per_job'] / 1e3:>11.1f}k"
-            f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}"
+            f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}" + spread
         )
-    print("ratios")
+    print(
+        "ratios" + (" (of the medians; then run by run)" if _repeated(results) else "")
+    )
     for a, b in RATIOS:
         if a in results and b in results:
-            ratio = (
-                results[a]["instructions_per_job"] / results[b]["instructions_per_job"]
-            )
-            print(f"  {a} / {b}: {ratio:.3f}")
+            print(f"  {a} / {b}: {_ratios(results[a], results[b])}")
+
+
+def _repeated(results):
+    return any("runs" in r for r in results.values())
+
+
+def _ratios(a, b):
+    text = f"{a['instructions_per_job'] / b['instructions_per_job']:.3f}"
+    if "runs" in a and "runs" in b:
+        each = [
+            ra["instructions_per_job"] / rb["instructions_per_job"]
+            for ra, rb in zip(a["runs"], b["runs"])
+        ]
+        text += "  (" + ", ".join(f"{r:.3f}" for r in each) + ")"
+    return text
 
 
 def configs_of(workload, names):
@@ -302,11 +331,39 @@ def parse_args():
         help=f"comma-separated, of {','.join(WORKLOADS)}",
     )
     parser.add_argument("--jobs", type=int, default=300)
+    parser.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="run every configuration this many times, alternating, and "
+        "report the median run (counts move by some 0.5%% from run to run)",
+    )
     parser.add_argument("--output", help="JSON results file")
     parser.add_argument("--keep", help="keep the callgrind profiles in this directory")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     return parser.parse_args()
+
+
+def run_configs(configs, workload, args, workdir):
+    """Each configuration's runs: ``args.repeat`` rounds of all of them,
+    each round in the order of the one before turned by one, so that no
+    configuration always runs first."""
+    runs = {config: [] for config in configs}
+    for rep in range(args.repeat):
+        turn = rep % len(configs)
+        for config in configs[turn:] + configs[:turn]:
+            label = f" (run {rep + 1} of {args.repeat})" if args.repeat > 1 else ""
+            print(
+                f"instructions: {workload} {config}{label}", file=sys.stderr, flush=True
+            )
+            result = measure(
+                config, args.jobs, workdir, workload, rep if args.repeat > 1 else None
+            )
+            if not args.keep:
+                del result["profile"]
+            runs[config].append(result)
+    return runs
 
 
 def main():
@@ -320,20 +377,16 @@ def main():
     workloads = args.workloads.split(",")
     if any(w not in WORKLOADS for w in workloads):
         raise SystemExit(f"instructions: workloads are {','.join(WORKLOADS)}")
+    if args.repeat < 1:
+        raise SystemExit("instructions: --repeat must be 1 or more")
     plan = {w: configs_of(w, args.configs) for w in workloads}
     results = {}
     with tempfile.TemporaryDirectory(prefix="epilog-gate-cg-") as tmp:
         workdir = args.keep or tmp
         os.makedirs(workdir, exist_ok=True)
         for workload in workloads:
-            results[workload] = {}
-            for config in plan[workload]:
-                print(f"instructions: {workload} {config}", file=sys.stderr, flush=True)
-                results[workload][config] = measure(
-                    config, args.jobs, workdir, workload
-                )
-                if not args.keep:
-                    del results[workload][config]["profile"]
+            runs = run_configs(plan[workload], workload, args, workdir)
+            results[workload] = {c: combined(r) for c, r in runs.items()}
     for workload in workloads:
         report(results[workload], args.jobs, workload)
     output = args.output or os.path.join(

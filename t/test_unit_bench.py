@@ -3,8 +3,11 @@ broker: the order configurations run in, and how slots add up."""
 
 import os
 import sys
+from types import SimpleNamespace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench")
 sys.path.insert(0, BENCH)
@@ -98,6 +101,39 @@ def test_the_rabbit_workload_has_configurations_of_its_own():
         instructions.configs_of("rabbit", "bare,gate")
     with pytest.raises(SystemExit, match="unknown configuration 'dws' of normal"):
         instructions.configs_of("normal", "dws")
+
+
+@settings(max_examples=200, deadline=None)
+@given(counts=st.lists(st.integers(1, 10**7), min_size=1, max_size=7))
+def test_repeated_runs_report_the_median_run_with_every_run(counts):
+    runs = [{"instructions_per_job": n, "python_per_job": n // 10} for n in counts]
+    result = instructions.combined(runs)
+    ordered = sorted(counts)
+    assert result["instructions_per_job"] == ordered[(len(counts) - 1) // 2]
+    # The median run's own counts, not a mix of runs.
+    assert result["python_per_job"] == result["instructions_per_job"] // 10
+    if len(counts) > 1:
+        assert result["runs"] == runs
+
+
+def test_ratios_of_repeated_runs_are_of_the_medians_then_run_by_run():
+    a = instructions.combined([{"instructions_per_job": n} for n in (110, 104, 106)])
+    b = instructions.combined([{"instructions_per_job": n} for n in (100, 100, 100)])
+    assert instructions._ratios(a, b) == "1.060  (1.100, 1.040, 1.060)"
+
+
+def test_runs_alternate_so_no_configuration_always_runs_first(monkeypatch):
+    order = []
+
+    def measure(config, jobs, workdir, workload, rep):
+        order.append((config, rep))
+        return {"instructions_per_job": 1.0, "profile": "p"}
+
+    monkeypatch.setattr(instructions, "measure", measure)
+    args = SimpleNamespace(repeat=3, jobs=10, keep=None)
+    runs = instructions.run_configs(["a", "b"], "exception", args, "/tmp")
+    assert order == [("a", 0), ("b", 0), ("b", 1), ("a", 1), ("a", 2), ("b", 2)]
+    assert {c: len(r) for c, r in runs.items()} == {"a": 3, "b": 3}
 
 
 # The heap of a process, read from inside it (bench/heap.py)
