@@ -276,23 +276,19 @@ def test_a_hold_whose_commit_fails_is_answered_with_the_error_once(harness):
     harness.check()
 
 
-def test_requests_that_waited_on_recovery_give_their_requests_back(harness):
+@pytest.mark.parametrize("end", ["recovered", "unload"])
+def test_requests_that_wait_on_recovery_give_their_requests_back(harness, end):
+    """Answered once the gate has recovered, or refused by the unload."""
     harness.recovering()
     harness.fast_hold(1, "a")
     harness.fast_release(1, "a")
     assert harness.ledger.answers == Counter()
-    harness.recovered()
+    if end == "recovered":
+        harness.recovered()
+    else:
+        harness.unload(orphan=False)
     harness.settle()
     assert harness.plugin.gate.list() == []
-    harness.check()
-
-
-def test_requests_waiting_on_recovery_at_the_unload_give_theirs_back(harness):
-    harness.recovering()
-    harness.fast_hold(1, "a")
-    harness.fast_release(1, "b")
-    harness.unload(orphan=False)
-    harness.settle()
     harness.check()
 
 
