@@ -336,6 +336,31 @@ def test_hold_after_the_bound_is_refused_and_changes_nothing(port):
     assert gate.list() == [] and QUEUED_JOB not in port.tracked
 
 
+def test_a_reload_past_the_bound_refuses_holds_before_the_broker_state(port):
+    """The plugin loaded again after the bound: holds are refused from the
+    start, before its watch of the broker's state has said anything."""
+    gate, shutdown = make(port, "finish")
+    shutdown.on_broker_state(BROKER_CLEANUP)
+    port.advance(TIMEOUT + 0.1)
+    shutdown.stop()
+    Shutdown(gate, port)
+    port.add_job(QUEUED_JOB, SCHED)
+    with pytest.raises(GateError) as info:
+        gate.hold(QUEUED_JOB, "license")
+    assert info.value.errnum == errno.ESHUTDOWN
+
+
+def test_a_held_job_entering_cleanup_after_a_shutdown_without_cleanup(port):
+    """The broker went from RUN straight past CLEANUP (no cleanup step): a
+    held job that enters CLEANUP then has its holds made active."""
+    gate, shutdown = make(port)
+    jobs(port, gate)
+    shutdown.on_broker_state(BROKER_SHUTDOWN)
+    still_running(port, gate)
+    assert epilog_starts(port, RUNNING_JOB) == ["umount"]
+    assert lines(port, "entered CLEANUP as the instance stops", syslog.LOG_ERR)
+
+
 # Reload during shutdown
 
 
