@@ -80,12 +80,16 @@ SCALARS = (
     | st.floats()
     | st.text(max_size=16)
 )
-ANY_JSON = st.recursive(
-    SCALARS,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8), children, max_size=3),
-    max_leaves=6,
-)
+
+
+def _containers(children):
+    """JSON arrays and objects of ``children``."""
+    return st.lists(children, max_size=3) | st.dictionaries(
+        st.text(max_size=8), children, max_size=3
+    )
+
+
+ANY_JSON = st.recursive(SCALARS, _containers, max_leaves=6)
 EDGE_INTS = st.sampled_from(
     [
         0,
