@@ -5,11 +5,14 @@ import errno
 
 import flux.job
 import pytest
+from flux.core.inner import raw
+from flux.future import Future
 from jobs import eventlog, names, release_all, submit, wait_event, wait_inactive
 
 HOLD = "job-manager.epilog-gate.hold"
 RELEASE = "job-manager.epilog-gate.release"
 UNKNOWN_JOB = 1  # never a real job id (FLUIDs carry a timestamp)
+ANY = raw.FLUX_NODEID_ANY
 
 
 pytestmark = pytest.mark.usefixtures("no_leftover_holds")
@@ -138,6 +141,34 @@ def test_bad_release_is_refused_and_keeps_hold(
     before = snapshot(handle, gate, held)
     payload = dict({"id": held, "description": "bb"}, **change)
     refused(lambda: handle.rpc(RELEASE, payload).get(), errnum, words)
+    assert_unchanged(handle, gate, held, *before)
+
+
+RAW = [
+    pytest.param("hold", b'{"id":%d,"description":"new"}', id="hold"),
+    pytest.param("release", b'{"id":%d,"description":"bb"}', id="release"),
+    pytest.param("list", b"{}", id="list"),
+    pytest.param("snapshot", b"{}", id="snapshot"),
+    # A string, a NUL, then more: not one string.
+    pytest.param("hold", b'{"id":%d,"description":"new"}\x00more', id="hold-inner-nul"),
+]
+
+
+@pytest.mark.parametrize("method, payload", RAW)
+def test_raw_payload_not_ending_in_nul_is_eproto_naming_the_method(
+    handle, gate, held, method, payload
+):
+    """A payload sent raw, not as a string: refused by the runtime before
+    any decoding, naming the method."""
+    before = snapshot(handle, gate, held)
+    body = payload % held if b"%d" in payload else payload
+
+    def request():
+        topic = f"job-manager.epilog-gate.{method}".encode()
+        future = raw.flux_rpc_raw(handle, topic, body, len(body), ANY, 0)
+        Future(future).get()
+
+    refused(request, errno.EPROTO, f"{method}: malformed payload")
     assert_unchanged(handle, gate, held, *before)
 
 

@@ -564,6 +564,26 @@ static int runtime_plugin_cb (flux_plugin_t *p,
     return rc;
 }
 
+/* Answer a request whose payload is not a string ending in NUL (sent
+ * raw): EPROTO naming its method, as Python names a payload it cannot
+ * read.
+ */
+static void runtime_respond_undecodable (flux_t *h, const flux_msg_t *msg)
+{
+    const char *topic = NULL;
+    const char *method;
+    char text[128];
+
+    if (flux_msg_get_topic (msg, &topic) < 0 || !topic)
+        topic = "request";
+    method = strrchr (topic, '.');
+    snprintf (text, sizeof (text),
+              "%s: malformed payload: not a string ending in NUL",
+              method ? method + 1 : topic);
+    if (flux_respond_error (h, msg, EPROTO, text) < 0)
+        flux_log_error (h, "%s: responding", RUNTIME_NAME);
+}
+
 /* The message handler of every RPC method, unless the plugin's C
  * extension registers its own (which may end in this one): the request
  * is decoded here, so Python gets plain values.
@@ -577,15 +597,17 @@ void runtime_request_cb (flux_t *h,
     const char *payload = NULL;
     struct flux_msg_cred cred;
 
-    if (flux_msg_get_cred (msg, &cred) < 0
-        || flux_request_decode (msg, NULL, &payload) < 0)
-        goto error;
+    if (flux_msg_get_cred (msg, &cred) < 0) {
+        if (flux_respond_error (h, msg, errno, NULL) < 0)
+            flux_log_error (h, "%s: responding", RUNTIME_NAME);
+        return;
+    }
+    if (flux_request_decode (msg, NULL, &payload) < 0) {
+        runtime_respond_undecodable (h, msg);
+        return;
+    }
     runtime_py_request (m->ctx->self, msg, m->index, cred.userid,
                         cred.rolemask, payload);
-    return;
-error:
-    if (flux_respond_error (h, msg, errno, NULL) < 0)
-        flux_log_error (h, "%s: responding", RUNTIME_NAME);
 }
 
 /* For a C extension's message handler: the Python instance of the plugin
