@@ -356,8 +356,9 @@ class FakePort:
     def want_run(self, jobid):
         self.run_wanted.add(jobid)
 
-    def track(self, jobid, events=True):
-        self.tracked[jobid] = events
+    def track(self, jobid, events=False):
+        # As the runtime: a job's events, once asked for, stay asked for.
+        self.tracked[jobid] = self.tracked.get(jobid, False) or events
         self.track_calls.append((jobid, events))
 
     def untrack(self, jobid):

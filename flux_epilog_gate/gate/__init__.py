@@ -33,9 +33,12 @@ through a *port*, an object with these methods (the real one is
     raise a fatal job exception (a failed dependency hold)
 ``want_run(id)``
     also send the tracked job's entry to RUN to the gate
-``track(id, events=True)`` / ``untrack(id)``
+``track(id, events=False)`` / ``untrack(id)``
     start or stop sending the job's callbacks to the gate (with
-    ``events``, also its ``finish`` and ``free`` events)
+    ``events``, also its ``finish`` and ``free`` events, asked for only
+    while the epilog point waits on them: see
+    :mod:`~flux_epilog_gate.gate.epilog`); a job's events, once asked
+    for, are sent until it is untracked
 ``timer(delay, callback)``
     call ``callback()`` after ``delay`` seconds; returns an object with
     ``stop()``

@@ -67,6 +67,8 @@ class EpilogPoint(HoldPoint):
         ):
             self.activate(job, hold)
             job.at_point = True
+        elif state == CLEANUP:
+            self._wait_for_point(job)
 
     def activate(self, job, hold):
         self._post_start(hold.id, hold.description, hold.timeout)
@@ -85,8 +87,10 @@ class EpilogPoint(HoldPoint):
 
     def on_cleanup(self, job):
         self._advance(job, CLEANUP)
-        if self.shutdown is not None and not job.at_point:
-            self.shutdown.entered_cleanup(job.id)
+        if not job.at_point:
+            self._await_point(job)
+            if self.shutdown is not None:
+                self.shutdown.entered_cleanup(job.id)
 
     def on_event(self, job, name, state):
         """An event was posted to the job."""
@@ -146,6 +150,8 @@ class EpilogPoint(HoldPoint):
         (also those held while it was being recovered)."""
         if self.past_point(job, state):
             self._reach_point(job)
+        elif state == CLEANUP:
+            self._await_point(job)
 
     def end_recovery(self, job):
         """End the gate's own epilog action of a job whose holds are
@@ -177,6 +183,32 @@ class EpilogPoint(HoldPoint):
         # Tested here: the call costs more than the test.
         if self.annotations.config.annotate:
             self.annotations.update(job)
+
+    def _await_point(self, job):
+        """From a callback: the job is in CLEANUP short of its point.  If
+        it is still tracked with epilog holds, have its events sent."""
+        if self.jobs.get(job.id) is not job or not any(
+            hold.point == EPILOG for hold in job.holds.values()
+        ):
+            # A hold placed later asks for them (place()).
+            return
+        try:
+            self._wait_for_point(job)
+        except GateError as exc:
+            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+
+    def _wait_for_point(self, job):
+        """The job is in CLEANUP short of its epilog point: its ``finish``
+        or ``free`` event takes it there, so have its events sent (the
+        gate asks for them only now: each event of a job whose events are
+        sent costs the job-manager a call, and most jobs reach CLEANUP
+        at their point, or with their events no longer needed)."""
+        try:
+            self.port.track(job.id, events=True)
+        except OSError as exc:
+            raise GateError.from_oserror(
+                exc, f"asking for the events of job {f58(job.id)}"
+            ) from None
 
     def _hold_for_recovery(self, job):
         # Still reading the eventlog: keep clean from being posted until

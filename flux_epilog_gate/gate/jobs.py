@@ -165,7 +165,7 @@ class JobTable(dict):
             self.port.untrack(job.id)
             if job.id in self.replayed_progress:
                 # keep on_inactive() coming, so the progress is dropped
-                self.port.track(job.id, events=False)
+                self.port.track(job.id)
 
     def forget(self, jobid):
         """The job is inactive: drop its record (returned, or None) and

@@ -45,8 +45,9 @@ class Reload:
         job = self.jobs.get(jobid)
         if job is None:
             if jobid in self.jobs.replayed_progress:
-                self.port.track(jobid, events=False)
+                self.port.track(jobid)
             return False
+        # Its events too if the epilog point waits on them (recovered()).
         self.port.track(jobid)
         if job.recovering:
             # This plugin instance's points keep the job too (the prolog

@@ -37,6 +37,7 @@ from ..gate.config import Config, ConfigError
 from ..gate.holds import EPILOG, POINTS
 from ..gate.loader import Load
 from ..gate.shutdown import BROKER_SHUTDOWN, Shutdown, loaded_from_config
+from ..jobid import f58
 from ..jobtap.plugin import (
     Plugin,
     Refused,
@@ -226,7 +227,23 @@ class GateDriver(Plugin):
         # A listener that leaves as its plugin unloads may leave this
         # driver's port being destroyed: nothing is sent to it any more.
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
-            self.jobtap.forward("job.event.exception", bool(self.gate.listeners))
+            wanted = bool(self.gate.listeners)
+            self.jobtap.forward("job.event.exception", wanted)
+            self._send_all_events(wanted)
+
+    def _send_all_events(self, wanted):
+        """A job's exception reaches a plugin only if the job's events
+        are sent to it: while the gate has listeners, every tracked job's
+        are (else only those the epilog point waits on)."""
+        port = self.jobtap
+        if wanted and not port.all_events:
+            for jobid in list(self.gate.jobs):
+                try:
+                    port.track(jobid, events=True)
+                except OSError as exc:
+                    # Gone meanwhile: its job.state.inactive tells the gate.
+                    port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")
+        port.all_events = wanted
 
     def _watch_shutdown(self):
         self.shutdown = Shutdown(self.gate, self.jobtap)

@@ -478,10 +478,11 @@ class JobtapPort:
     def want_run(self, jobid):
         self.wants.add(jobid)
 
-    def track(self, jobid, events=True):
+    def track(self, jobid, events=False):
         if jobid not in self.jm.jobs:
             raise _oserror(errno.ENOENT)
-        self.marks[jobid] = events
+        # As the runtime: a job's events, once asked for, stay asked for.
+        self.marks[jobid] = self.marks.get(jobid, False) or events
 
     def untrack(self, jobid):
         self.marks.pop(jobid, None)

@@ -535,6 +535,7 @@ class GateModel(RuleBasedStateMachine):
         self.acknowledged_epilog_holds_keep_their_jobs()
         self.one_finish_per_start()
         self.watchers_see_every_activation_once()
+        self.epilog_holds_are_active_past_the_point()
 
     @invariant()
     def nothing_went_wrong(self):
@@ -548,6 +549,30 @@ class GateModel(RuleBasedStateMachine):
             job = self.jm.jobs.get(jobid)
             assert job is not None and job.state != INACTIVE, (
                 f"job {jobid} is gone while acknowledged hold {description} " "keeps it"
+            )
+
+    @invariant()
+    def epilog_holds_are_active_past_the_point(self):
+        """A job in CLEANUP that got its ``finish`` or ``free`` is at its
+        epilog point: each acknowledged epilog hold of it is active (its
+        ``epilog-start`` is open), once the gate knows the job's holds."""
+        if self.driver is None or not self.driver.ready:
+            return
+        records = self.driver.gate.jobs
+        for (jobid, description), kept in self.kept.items():
+            job = self.jm.jobs.get(jobid)
+            if (
+                kept.point != EPILOG
+                or not self._binding(kept)
+                or job is None
+                or job.state != CLEANUP
+                or (jobid in records and records[jobid].recovering)
+                or not any(name in ("finish", "free") for _, name, _ in job.eventlog)
+            ):
+                continue
+            assert ("epilog", description) in _pairing(job).opened(), (
+                f"job {jobid} is past its epilog point, but acknowledged "
+                f"hold {description} is not active"
             )
 
     @invariant()

@@ -59,6 +59,36 @@ def test_started_job_does_not_activate_holds_on_entry_to_cleanup(port, gate):
     assert epilog_starts(port) == []
 
 
+def test_job_in_cleanup_short_of_its_point_gets_its_events(port, gate):
+    started_job_in_cleanup(port, gate, "bb")
+    assert port.tracked == {JOB: True}
+
+
+def test_job_at_its_point_on_entry_to_cleanup_never_gets_its_events(port, gate):
+    port.add_job(JOB, RUN, USER, happened={"alloc", "start", "finish"})
+    gate.hold(JOB, "bb")
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB)
+    assert state_of(gate, JOB, "bb") == ACTIVE
+    assert port.tracked == {JOB: False}
+
+
+def test_hold_placed_in_cleanup_short_of_the_point_gets_the_events(port, gate):
+    port.add_job(JOB, CLEANUP, USER, happened={"alloc", "start"})
+    gate.hold(JOB, "bb")
+    assert state_of(gate, JOB, "bb") == PENDING
+    assert port.tracked == {JOB: True}
+
+
+def test_job_whose_last_hold_cleanup_drops_is_not_tracked_again(port, gate):
+    port.add_job(JOB, SCHED, USER)
+    gate.hold(JOB, "setup", point="prolog")
+    port.happen(JOB, "alloc")
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB)
+    assert gate.jobs == {} and port.tracked == {}
+
+
 def test_started_job_activates_holds_on_its_finish_event(port, gate):
     started_job_in_cleanup(port, gate, "bb")
     port.happen(JOB, "finish")

@@ -174,9 +174,22 @@ def test_hold_registered_after_recovery_uses_the_eventlog_history(port, gate):
     assert hold.state == PENDING
 
 
-def test_recovered_job_keeps_being_tracked_with_its_events(port, gate):
+def test_recovered_job_keeps_being_tracked_without_its_events(port, gate):
     recover(port, gate, SCHED, [ev(101.0, HOLD_EVENT, description="bb")])
+    assert port.tracked == {JOB: False}
+
+
+def test_recovered_job_in_cleanup_short_of_its_point_gets_its_events(port, gate):
+    events = [ev(100.0, "alloc"), ev(101.0, HOLD_EVENT, description="bb")]
+    recover(port, gate, CLEANUP, events + [ev(102.0, "start")])
+    assert state_of(gate, JOB, "bb") == PENDING
     assert port.tracked == {JOB: True}
+
+
+def test_recovered_job_at_its_point_does_not_get_its_events(port, gate):
+    recover(port, gate, CLEANUP, [ev(101.0, HOLD_EVENT, description="bb")])
+    assert state_of(gate, JOB, "bb") == ACTIVE
+    assert port.tracked == {JOB: False}
 
 
 def test_recovered_job_without_holds_is_untracked(port, gate):

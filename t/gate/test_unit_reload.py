@@ -43,6 +43,15 @@ def test_retrack_tracks_a_held_job_again(port, gate):
     gate.suspend()
     port.tracked.clear()
     gate.retrack(JOB, SCHED)
+    assert port.tracked == {JOB: False}
+
+
+def test_retrack_of_a_job_short_of_its_point_in_cleanup_gets_its_events(port, gate):
+    started_job_in_cleanup(port, gate, "bb")
+    gate.suspend()
+    port.tracked.clear()
+    gate.retrack(JOB, CLEANUP)
+    assert state_of(gate, JOB, "bb") == PENDING
     assert port.tracked == {JOB: True}
 
 

@@ -54,9 +54,9 @@ def test_hold_log_records_the_timeout_for_recovery(port, gate):
     assert context == {"description": "bb", "timeout": 30.0}
 
 
-def test_hold_starts_tracking_the_job_with_its_events(port, gate):
+def test_hold_starts_tracking_the_job_without_its_events(port, gate):
     held_job(port, gate, "bb")
-    assert port.tracked == {JOB: True}
+    assert port.tracked == {JOB: False}
 
 
 def test_hold_records_userid_and_time_of_the_job(port, gate):
