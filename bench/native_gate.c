@@ -26,6 +26,9 @@
  * epilog-gate's, and every 256 appends the key is replaced by a snapshot:
  * the line of every live hold, then the batch (the record epilog-gate
  * keeps; with synced=1 the key is replaced by the batch alone).
+ * With lazy=1 a held job's events are subscribed to only when its finish
+ * event is awaited (in CLEANUP, started, not finished), as epilog-gate
+ * asks for them; without it, from the hold on.
  *
  * Client side traffic per job is the same as epilog-gate's: one hold
  * request, one watch response, one release request.
@@ -58,6 +61,7 @@ static struct hold *logged;
 
 static struct flux_msglist *watchers;
 static int gate_all;
+static int gate_lazy;
 static int gate_durable;
 static int gate_synced;
 
@@ -107,7 +111,7 @@ static int attach (flux_plugin_t *p, flux_jobid_t id, const char *description)
         free (h);
         return -1;
     }
-    if (flux_jobtap_job_subscribe (p, id) < 0)
+    if (!gate_lazy && flux_jobtap_job_subscribe (p, id) < 0)
         return -1;
     return 0;
 }
@@ -221,8 +225,14 @@ static int cleanup_cb (flux_plugin_t *p, const char *topic,
                        flux_plugin_arg_t *args, void *arg)
 {
     /* A job that started waits for its finish event. */
-    if (flux_jobtap_job_event_posted (p, FLUX_JOBTAP_CURRENT_JOB, "start") > 0)
-        return 0;
+    if (flux_jobtap_job_event_posted (p, FLUX_JOBTAP_CURRENT_JOB, "start") > 0) {
+        if (!gate_lazy)
+            return 0;
+        /* lazy=1: finish may have brought it here, unsubscribed. */
+        if (flux_jobtap_job_event_posted (p, FLUX_JOBTAP_CURRENT_JOB,
+                                          "finish") <= 0)
+            return flux_jobtap_job_subscribe (p, FLUX_JOBTAP_CURRENT_JOB);
+    }
     return point (p, args);
 }
 
@@ -540,11 +550,12 @@ static const struct flux_plugin_handler handlers[] = {
 
 int flux_plugin_init (flux_plugin_t *p)
 {
-    gate_all = gate_durable = gate_synced = 0;
+    gate_all = gate_lazy = gate_durable = gate_synced = 0;
     if (flux_plugin_set_name (p, NAME) < 0
         || (flux_plugin_get_conf (p)
-            && flux_plugin_conf_unpack (p, "{s?i s?i s?i}",
+            && flux_plugin_conf_unpack (p, "{s?i s?i s?i s?i}",
                                        "all", &gate_all,
+                                       "lazy", &gate_lazy,
                                        "durable", &gate_durable,
                                        "synced", &gate_synced) < 0)
         || !(watchers = flux_msglist_create ())
