@@ -768,3 +768,41 @@ def test_a_reload_during_recovery_keeps_the_start_of_a_prolog_held_job_back(mode
         ("go_down", "reload"),
         ("progress", 1, "alloc"),
     )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known limit (README, 'What survives what'): a prolog hold whose "
+    "record fails to commit after the plugin went away, on a job that entered "
+    "RUN meanwhile, is not recovered: the load reads no RUN job the log does "
+    "not name",
+)
+def test_a_prolog_started_for_a_hold_whose_record_failed_ends_after_restart(model):
+    """The hold's record failed to commit after the plugin went away (the
+    load never reads the job), but its prolog-start had been posted: the
+    restarted gate must still end it, or the job never goes inactive."""
+    _steps(
+        model,
+        ("kvs_fails_next",),
+        ("submit",),
+        ("hold", 0, "a", PROLOG),
+        ("progress", 0, "alloc"),
+        ("restart",),
+        ("watch",),
+        ("settle",),
+    )
+
+
+def test_an_epilog_started_for_a_hold_whose_record_failed_ends_after_restart(model):
+    """The same with an epilog hold on a job in CLEANUP: the load reads
+    every job in CLEANUP, and finds the hold by its marked epilog-start."""
+    _steps(
+        model,
+        ("kvs_fails_next",),
+        ("submit",),
+        ("hold", 0, "a", EPILOG),
+        ("cancel", 0),
+        ("restart",),
+        ("watch",),
+        ("settle",),
+    )
