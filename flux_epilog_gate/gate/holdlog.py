@@ -54,8 +54,11 @@ so the log stays a faithful history.
 **Unload.**  A commit already sent is carried out by the KVS whatever
 becomes of the plugin; the requests still waiting are answered with
 :class:`NotConfirmed` (the request may have taken effect: send it
-again, it is idempotent), the queued records are sent, and a gate taken
-over by the next load writes every record that was not confirmed again.
+again, it is idempotent), the queued records are sent in one last
+commit, after the records of the commit in flight again (should that
+one fail, no plugin instance would learn of it; a record read twice
+changes nothing), and a gate taken over by the next load writes every
+record that was not confirmed again.
 
 **Snapshots.**  Whenever the log has grown past :data:`MAX_BYTES` (or
 past twice the last snapshot, if that is larger: many live holds), and
@@ -950,9 +953,10 @@ class HoldLog:
     # Plugin unload and load
 
     def suspend(self):
-        """The plugin is going away: send what is queued, answer every
-        waiting request with :class:`NotConfirmed`, and keep the records
-        not known to be durable for the next plugin instance."""
+        """The plugin is going away: send what is queued, with the records
+        of the commit in flight again, answer every waiting request with
+        :class:`NotConfirmed`, and keep the records not known to be
+        durable for the next plugin instance."""
         waiters = (self.inflight or []) + self.waiters
         self.unconfirmed = self.sent + self.lines
         # A lookup for a segment is answered to nobody.
@@ -965,11 +969,22 @@ class HoldLog:
         if self.snap is not None:
             self.snap = None
             self.side_left = True
-        if self.lines:
+        # The records of the commit in flight go again, before the queued
+        # ones: should that commit fail, no plugin instance would learn of
+        # it, and a new job-manager's load reads the log alone.  The KVS
+        # applies this commit after that one, so the log gets them
+        # whichever of the two fails.  A record read twice changes
+        # nothing (a second hold of a held description, or release of a
+        # gone one, is skipped).
+        if self.unconfirmed:
             self.appends += 1
             try:
                 self.port.kvs_commit(
-                    KEY, "".join(self.lines), True, lambda error: None, sync=self.sync
+                    KEY,
+                    "".join(self.unconfirmed),
+                    True,
+                    lambda error: None,
+                    sync=self.sync,
                 )
             except OSError as exc:
                 self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {exc}")

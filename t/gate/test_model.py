@@ -770,17 +770,12 @@ def test_a_reload_during_recovery_keeps_the_start_of_a_prolog_held_job_back(mode
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known limit (README, 'What survives what'): a prolog hold whose "
-    "record fails to commit after the plugin went away, on a job that entered "
-    "RUN meanwhile, is not recovered: the load reads no RUN job the log does "
-    "not name",
-)
 def test_a_prolog_started_for_a_hold_whose_record_failed_ends_after_restart(model):
-    """The hold's record failed to commit after the plugin went away (the
-    load never reads the job), but its prolog-start had been posted: the
-    restarted gate must still end it, or the job never goes inactive."""
+    """The commit in flight with the hold's record fails after the plugin
+    went away, and its prolog-start had been posted: the load reads no job
+    in RUN that the log does not name, so the record must reach the log
+    (the plugin's last commit carries it again), or the job never starts,
+    nor, cancelled, goes inactive."""
     _steps(
         model,
         ("kvs_fails_next",),
@@ -794,8 +789,7 @@ def test_a_prolog_started_for_a_hold_whose_record_failed_ends_after_restart(mode
 
 
 def test_an_epilog_started_for_a_hold_whose_record_failed_ends_after_restart(model):
-    """The same with an epilog hold on a job in CLEANUP: the load reads
-    every job in CLEANUP, and finds the hold by its marked epilog-start."""
+    """The same with an epilog hold on a job in CLEANUP."""
     _steps(
         model,
         ("kvs_fails_next",),

@@ -277,6 +277,33 @@ def test_suspend_writes_what_is_queued_at_once(port, gate):
     assert sorted(parse(port.kvs[KEY])[0]) == [1, JOB]
 
 
+def test_suspend_sends_the_records_in_flight_again_with_the_queued(port, gate):
+    port.defer_commits = True
+    hold_pending(port, gate, 1)
+    hold_pending(port, gate, JOB)
+    gate.suspend()
+    # The commit in flight fails once the plugin is gone: nobody learns
+    # of it, but the last commit carries its record too.
+    port.complete_commit(errno.EIO)
+    port.complete_commit()
+    assert sorted(parse(port.kvs[KEY])[0]) == [1, JOB]
+
+
+def test_a_record_sent_twice_at_suspend_is_recovered_once(port, gate):
+    port.defer_commits = True
+    hold = hold_pending(port, gate, JOB, timeout=9.0)
+    gate.suspend()
+    port.complete_commit()
+    port.complete_commit()
+    (entries,) = parse(port.kvs[KEY])[0].values()
+    assert len(entries) == 2
+    fresh = Gate(port)
+    fresh.begin_recovery(JOB, USER)
+    fresh.end_recovery(JOB, entries)
+    (again,) = fresh.jobs[JOB].holds.values()
+    assert (again.state, again.t_hold) == (PENDING, hold.t_hold)
+
+
 def test_pending_hold_is_recovered_from_the_log_alone(port, gate):
     hold = hold_pending(port, gate, JOB, timeout=9.0)
     (entries,) = parse(port.kvs[KEY])[0].values()
