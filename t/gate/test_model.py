@@ -149,6 +149,9 @@ class GateModel(RuleBasedStateMachine):
         self.facts = []
         self.sinks = []
         self.violations = []
+        # Pending holds a restart lost to the platform limit (see _replay).
+        self.platform_losses = set()
+        self.replaying = False
         self.driver = None
         self.limits = (holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS)
         holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = (
@@ -180,8 +183,13 @@ class GateModel(RuleBasedStateMachine):
                     fact = (job.id, description, PROLOG, True)
                     self.facts.append((fact, self._certain(job.id, description)))
         if name == "clean":
-            for (jobid, description), kept in self.kept.items():
-                if jobid == job.id and kept.point == EPILOG and self._binding(kept):
+            for (jobid, description), kept in list(self.kept.items()):
+                if jobid != job.id or kept.point != EPILOG or not self._binding(kept):
+                    continue
+                if self.replaying:
+                    self.platform_losses.add((jobid, description))
+                    del self.kept[(jobid, description)]
+                else:
                     self.violations.append(
                         f"job {jobid} posted clean while acknowledged hold "
                         f"{description} keeps it"
@@ -239,7 +247,21 @@ class GateModel(RuleBasedStateMachine):
         self._end_streams("restart")
         self.jm.flush()
         self.kvs.apply_all()
-        self._restarted(FakeJobManager.restart(self.kvs, self.clock, self))
+        self._restarted(self._replay())
+
+    def _replay(self):
+        """A new job-manager rebuilds its jobs from the KVS.  A job left in
+        CLEANUP with no perilog action open is freed and cleaned then,
+        before any plugin sees it (flux-core restart.c): its pending
+        holds are lost, a platform limit the load reports (see
+        test_a_restart_reports_the_hold_of_a_job_cancelled_before_its_epilog_point).
+        A hold that should have been active keeps its action open, and
+        epilog_holds_are_active_past_the_point checked that before."""
+        self.replaying = True
+        try:
+            return FakeJobManager.restart(self.kvs, self.clock, self)
+        finally:
+            self.replaying = False
 
     def _restarted(self, jm):
         self.jm = jm
@@ -255,7 +277,7 @@ class GateModel(RuleBasedStateMachine):
         self.driver.port.close()
         self._end_streams("crash")
         self.kvs.crash()
-        self._restarted(FakeJobManager.restart(self.kvs, self.clock, self))
+        self._restarted(self._replay())
 
     # Jobs
 
@@ -679,9 +701,10 @@ def test_a_restart_reports_the_hold_of_a_job_cancelled_before_its_epilog_point(
     model.restart()
     while model.jm.reads:
         model.jm.answer_read(0)
-    assert model.violations == [
-        f"job {jobid} posted clean while acknowledged hold a keeps it"
-    ]
+    # Told apart from a violation: the job was cleaned by the restart
+    # itself, before the plugin was loaded.
+    assert model.violations == []
+    assert model.platform_losses == {(jobid, "a")}
     assert model.driver.gate.stats["lost"] == 1
     assert [
         text
