@@ -122,8 +122,10 @@ class EpilogPoint(HoldPoint):
             return True
         if posted(job, "start"):
             return False
-        # A prolog still open when CLEANUP began means no start was ever
-        # requested; otherwise wait for finish, or free as the last resort.
+        # A prolog still open (in CLEANUP) means no start was ever
+        # requested.  One closed since may have closed before CLEANUP began,
+        # and a start request gone out then: wait for finish, or free as the
+        # last resort (the order of the two is not known afterwards).
         return posted(job, "prolog-start") and not posted(job, "prolog-finish")
 
     # Recovery and reload
