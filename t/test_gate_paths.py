@@ -1,7 +1,10 @@
 """The gate on every path a job can take to clean, proved by eventlogs."""
 
+import time
+
 import flux.job
 import pytest
+from flux.job import JobspecV1
 from jobs import (
     described,
     eventlog,
@@ -15,6 +18,8 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
+
+from flux_epilog_gate import EpilogGate
 
 pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
@@ -75,6 +80,33 @@ def test_cancel_while_running_activates_hold_after_finish(handle, gate):
     wait_inactive(handle, jobid)
     events = names(eventlog(handle, jobid))
     assert events.index("epilog-finish") < events.index("free")
+
+
+def test_hold_placed_in_cleanup_before_finish_activates_after_it(
+    new_instance, tmp_path
+):
+    # Its processes ignore SIGTERM: the job waits in CLEANUP for its finish
+    # until the kill timeout, and a hold placed then must wait for it too.
+    # (An instance of its own: the session's has fake cores, no real tasks.)
+    handle = new_instance().handle()
+    gate = EpilogGate(handle)
+    ready = tmp_path / "ready"
+    command = f"trap '' TERM; touch {ready}; sleep 60"
+    jobid = flux.job.submit(handle, JobspecV1.from_command(["sh", "-c", command]))
+    deadline = time.time() + 30
+    while not ready.exists():
+        assert time.time() < deadline, "the job's shell never started"
+        time.sleep(0.05)
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "exception")
+    assert gate.hold(jobid, "bb")["state"] == "pending"
+    assert "finish" not in names(eventlog(handle, jobid))
+    wait_event(handle, jobid, "epilog-start", timeout=60)
+    events = names(settle(handle, jobid, "clean"))
+    assert events.index("finish") < events.index("epilog-start")
+    assert "clean" not in events
+    gate.release(jobid, "bb")
+    wait_inactive(handle, jobid)
 
 
 def test_normal_job_activates_hold_on_finish(handle, gate):
