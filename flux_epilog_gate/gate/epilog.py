@@ -188,11 +188,10 @@ class EpilogPoint(HoldPoint):
 
     def _await_point(self, job):
         """From a callback: the job is in CLEANUP short of its point.  If
-        it is still tracked with epilog holds, have its events sent."""
-        if self.jobs.get(job.id) is not job or not any(
-            hold.point == EPILOG for hold in job.holds.values()
-        ):
-            # A hold placed later asks for them (place()).
+        it has epilog holds, have its events sent (a job whose last hold
+        just went is untracked, and must not be tracked again; a hold
+        placed later asks for them itself, in place())."""
+        if not any(hold.point == EPILOG for hold in job.holds.values()):
             return
         try:
             self._wait_for_point(job)

@@ -793,32 +793,23 @@ def test_a_reload_during_recovery_keeps_the_start_of_a_prolog_held_job_back(mode
     )
 
 
-def test_a_prolog_started_for_a_hold_whose_record_failed_ends_after_restart(model):
+@pytest.mark.parametrize(
+    "point, step",
+    [(PROLOG, ("progress", 0, "alloc")), (EPILOG, ("cancel", 0))],
+    ids=["prolog-in-run", "epilog-in-cleanup"],
+)
+def test_a_hold_started_whose_record_failed_ends_after_restart(model, point, step):
     """The commit in flight with the hold's record fails after the plugin
-    went away, and its prolog-start had been posted: the load reads no job
-    in RUN that the log does not name, so the record must reach the log
-    (the plugin's last commit carries it again), or the job never starts,
-    nor, cancelled, goes inactive."""
+    went away, and the hold was made active meanwhile.  The load reads no
+    job in RUN that the log does not name, so the record must reach the
+    log (the plugin's last commit carries it again), or a prolog hold's
+    job never starts, nor, cancelled, goes inactive."""
     _steps(
         model,
         ("kvs_fails_next",),
         ("submit",),
-        ("hold", 0, "a", PROLOG),
-        ("progress", 0, "alloc"),
-        ("restart",),
-        ("watch",),
-        ("settle",),
-    )
-
-
-def test_an_epilog_started_for_a_hold_whose_record_failed_ends_after_restart(model):
-    """The same with an epilog hold on a job in CLEANUP."""
-    _steps(
-        model,
-        ("kvs_fails_next",),
-        ("submit",),
-        ("hold", 0, "a", EPILOG),
-        ("cancel", 0),
+        ("hold", 0, "a", point),
+        step,
         ("restart",),
         ("watch",),
         ("settle",),
