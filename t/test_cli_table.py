@@ -12,7 +12,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.client import cli
-from flux_epilog_gate.client.table import DEFAULT_FORMAT, F58, F58_TAIL, default_lines
+from flux_epilog_gate.client.table import (
+    DEFAULT_FORMAT,
+    F58,
+    F58_TAIL,
+    ages,
+    default_lines,
+    in_order,
+)
+from flux_epilog_gate.listentry import KEYS, columns_of
 
 #: The default format with a spec that changes nothing in its output but
 #: makes it another format: printed by flux's OutputFormat.
@@ -30,7 +38,7 @@ def by_outputformat(holds, now, no_header, fmt=DEFAULT_FORMAT):
 def directly(holds, now, no_header):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        cli.print_lines(default_lines(holds, now, cli.username, no_header))
+        cli.print_lines(default_lines(columns_of(holds), now, cli.username, no_header))
     return out.getvalue()
 
 
@@ -99,6 +107,36 @@ def test_the_equivalent_format_takes_outputformats_path():
     assert by_outputformat(holds, NOW, False, SAME_BY_OUTPUTFORMAT) == directly(
         holds, NOW, False
     )
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.one_of(st.floats(), st.integers(min_value=-(10**9), max_value=10**9)),
+    st.floats(min_value=0, max_value=2e9),
+)
+def test_ages_are_fsd_of_each_age_and_0s_for_none(t_hold, now):
+    from flux.util import fsd
+
+    age = now - t_hold
+    assert ages(now, [t_hold]) == [fsd(age) if age > 0.0 else "0s"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.integers(min_value=0, max_value=6), st.sampled_from(["b", "a", "B"])
+        ),
+        unique=True,
+        max_size=12,
+    ),
+    st.randoms(use_true_random=False),
+)
+def test_in_order_puts_holds_by_job_id_then_description(pairs, rand):
+    entries = [{"id": j, "description": d, "state": "pending"} for j, d in pairs]
+    rand.shuffle(entries)
+    ordered = sorted(entries, key=lambda e: (e["id"], e["description"]))
+    assert in_order(columns_of(entries)) == columns_of(ordered)
 
 
 @settings(max_examples=500, deadline=None)
@@ -226,6 +264,43 @@ def test_list_answer_is_compact_json_of_each_kind_of_hold(handle, listed_holds):
     assert list(mine[ran, "scrub"]) == keys + ["t_start"]
     assert mine[ran, "scrub"]["state"] == "active"
     assert mine[ran, "scrub"]["t_start"] >= mine[ran, "scrub"]["t_hold"]
+
+
+def test_the_answer_by_column_is_the_entries_by_column(handle, gate, listed_holds):
+    """The client's ``list_columns`` is ``list``'s entries by column, all
+    holds or one job's, and its keys are those of an entry."""
+    waiting, _ = listed_holds
+    for jobid in (None, waiting):
+        by_column = gate.list_columns(jobid)
+        assert tuple(by_column) == KEYS
+        assert by_column == columns_of(gate.list(jobid))
+    assert by_column["description"] == ["bb-teardown", "stage-in", "unmount"]
+    assert by_column["t_start"] == [None] * 3
+    assert by_column["timeout"] == [600.0, None, 90]
+
+
+def test_a_plugin_that_lists_by_rows_only_is_asked_for_rows(
+    handle, gate, listed_holds, monkeypatch
+):
+    """An epilog-gate.so of an earlier version refuses ``columns`` with
+    EPROTO: the client then asks for rows and makes the columns itself."""
+    import errno
+
+    from flux_epilog_gate import EpilogGate
+
+    asked = []
+    real = EpilogGate.list_text
+
+    def rows_only(self, jobid=None, columns=False):
+        asked.append(columns)
+        if columns:
+            raise OSError(errno.EPROTO, "list: unknown key 'columns' in payload")
+        return real(self, jobid)
+
+    expected = gate.list_columns()
+    monkeypatch.setattr(EpilogGate, "list_text", rows_only)
+    assert gate.list_columns() == expected
+    assert asked == [True, False]
 
 
 def test_the_commands_default_table_is_outputformats(capsys, fixed_now, listed_holds):

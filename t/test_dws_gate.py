@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 from test_dws import DW, contexts
 
+from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
@@ -49,6 +50,29 @@ def listed(inst, jobid=None):
     assert proc.returncode == 0, proc.stderr
     holds = json.loads(proc.stdout)
     return {h["description"]: (h["point"], h["state"]) for h in holds}
+
+
+def listed_by_column(inst):
+    """As :func:`listed`, of every hold, from the client's answer by
+    column, checked against the table the command prints of it."""
+    by_column = EpilogGate(inst.handle()).list_columns()
+    table = subprocess.run(
+        [CLI, "list", "-n"], env=inst.env, capture_output=True, text=True
+    )
+    assert table.returncode == 0, table.stderr
+    rows = [line.split() for line in table.stdout.splitlines()]
+    assert [row[1:4] for row in rows] == [
+        list(values)
+        for values in zip(
+            by_column["description"], by_column["state"], by_column["point"]
+        )
+    ]
+    return {
+        description: (point, state)
+        for description, point, state in zip(
+            by_column["description"], by_column["point"], by_column["state"]
+        )
+    }
 
 
 def logged(inst):
@@ -123,6 +147,7 @@ def test_list_shows_a_rabbit_jobs_holds_with_their_points(setup, instance, dws):
     h, service, jobid = in_depend(inst, dws)
     assert listed(inst, jobid) == IN_DEPEND
     assert logged(inst) >= set(IN_DEPEND)
+    assert listed_by_column(inst) == IN_DEPEND
     expected = advance(h, service, jobid, "prolog")
     assert listed(inst, jobid) == expected
     finish(h, service, jobid, "prolog", inst)

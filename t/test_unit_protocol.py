@@ -6,7 +6,7 @@ import errno
 import re
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.errors import GateError
@@ -16,6 +16,7 @@ from flux_epilog_gate.gate.protocol import (
     STATUS_MIN,
     parse_hold,
     parse_list,
+    parse_list_columns,
     parse_release,
     parse_snapshot,
     parse_watch,
@@ -264,6 +265,33 @@ def test_list_refuses_an_id_that_is_not_an_integer_with_eproto(jobid):
 
 def test_list_refuses_a_negative_id_with_einval():
     assert_refused(parse_list, {"id": -1}, errno.EINVAL, "list", "job id")
+
+
+@pytest.mark.parametrize("columns", [True, False])
+def test_list_takes_columns_as_a_boolean(columns):
+    payload = {"columns": columns}
+    assert parse_list(payload) is None
+    assert parse_list_columns(payload) is columns
+
+
+@pytest.mark.parametrize("payload", [{"id": 42}, {"columns": None}])
+def test_list_is_by_rows_without_columns_or_with_null(payload):
+    assert parse_list_columns(payload) is False
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.integers() | st.floats() | st.text(max_size=4),
+        lambda inner: st.lists(inner, max_size=3)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3),
+        max_leaves=6,
+    ).filter(lambda value: value is not None and not isinstance(value, bool))
+)
+def test_list_refuses_columns_that_are_not_a_boolean_with_eproto(columns):
+    payload = {"columns": columns}
+    parse_list(payload)
+    assert_refused(parse_list_columns, payload, errno.EPROTO, "list", "columns")
 
 
 # watch

@@ -32,6 +32,7 @@ import flux
 from flux.core.inner import raw
 from flux.util import parse_fsd
 
+from ..listentry import columns_of
 from .rpc import GateRPC, NoAnswerError
 
 SERVICE = "job-manager.epilog-gate"
@@ -180,10 +181,13 @@ class EpilogGate:
         the log's size then."""
         return self._rpc("snapshot", {}).get()
 
-    def list_async(self, jobid=None, service=None):
+    def list_async(self, jobid=None, service=None, columns=False):
         """Start a list (of ``service``, by default epilog-gate's); the
-        future's answer is ``{holds: [...]}``."""
+        future's answer is ``{holds: [...]}``, or with ``columns``
+        ``{columns: {...}}`` (see :meth:`list_columns`)."""
         payload = {} if jobid is None else {"id": _jobid(jobid)}
+        if columns:
+            payload["columns"] = True
         return self._rpc("list", payload, service=service)
 
     def list(self, jobid=None):
@@ -193,12 +197,25 @@ class EpilogGate:
         :data:`LIST_FALLBACKS`)."""
         return json.loads(self.list_text(jobid))["holds"]
 
-    def list_text(self, jobid=None):
-        """The answer of :meth:`list` as the gate wrote it, the JSON text
-        ``{"holds":[...]}``: for a caller that passes it on, a list of
-        many holds is not decoded."""
+    def list_columns(self, jobid=None):
+        """The holds :meth:`list` returns, by column: for each key of a
+        list entry (:data:`~flux_epilog_gate.listentry.KEYS`) its values,
+        hold by hold, None where a hold has none.  Many holds decode in
+        half the time they take as entries."""
         try:
-            return self.list_async(jobid).get_str()
+            return json.loads(self.list_text(jobid, columns=True))["columns"]
+        except OSError as exc:
+            if exc.errno != errno.EPROTO:
+                raise
+            # A plugin of an earlier version, which lists by rows only.
+            return columns_of(self.list(jobid))
+
+    def list_text(self, jobid=None, columns=False):
+        """The answer of :meth:`list` as the gate wrote it, the JSON text
+        ``{"holds":[...]}`` (with ``columns``, ``{"columns":{...}}``): for
+        a caller that passes it on, a list of many holds is not decoded."""
+        try:
+            return self.list_async(jobid, columns=columns).get_str()
         except NoAnswerError:
             raise
         except OSError as exc:
@@ -206,7 +223,7 @@ class EpilogGate:
                 raise
             for service in LIST_FALLBACKS:
                 try:
-                    return self.list_async(jobid, service).get_str()
+                    return self.list_async(jobid, service, columns).get_str()
                 except NoAnswerError:
                     raise
                 except OSError as other:

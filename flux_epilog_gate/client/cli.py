@@ -33,9 +33,10 @@ import flux
 from flux.cli.argparse import FluxArgumentParser
 from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_fsd
 
+from ..listentry import columns_of
 from ..paths import PLUGINS, plugin_path
 from . import EpilogGate, NoAnswerError
-from .table import DEFAULT_FORMAT, default_lines
+from .table import DEFAULT_FORMAT, default_lines, in_order
 
 PROG = "flux-epilog-gate"
 LOGGER = logging.getLogger(PROG)
@@ -272,24 +273,33 @@ def cmd_list(args):
     filtered = args.states or args.userids is not None or args.descriptions
     if args.json and not args.jobids and not filtered:
         return print_answer(gate.list_text())
+    formatter = None
+    if not args.json:
+        try:
+            fmt = HoldConfig().load().get_format_string(args.format)
+            if fmt != DEFAULT_FORMAT:
+                formatter = HoldFormat(fmt)
+        except ValueError as exc:
+            raise Usage(str(exc)) from None
+    if not args.json and formatter is None and not args.jobids and not filtered:
+        # The common table of every hold: decoded by column, much faster.
+        lines = default_lines(
+            in_order(gate.list_columns()), time.time(), username, args.no_header
+        )
+        print_lines(lines)
+        return EXIT_OK
     holds, status = fetch_holds(gate, args.jobids)
     if filtered:
         holds = [hold for hold in holds if wanted(hold, args)]
     holds.sort(key=operator.itemgetter("id", "description"))
+    now = time.time()
     if args.json:
         print(json.dumps(holds, separators=COMPACT))
+    elif formatter is None:
+        print_lines(default_lines(columns_of(holds), now, username, args.no_header))
     else:
-        try:
-            fmt = HoldConfig().load().get_format_string(args.format)
-            formatter = None if fmt == DEFAULT_FORMAT else HoldFormat(fmt)
-        except ValueError as exc:
-            raise Usage(str(exc)) from None
-        now = time.time()
-        if formatter is None:
-            print_lines(default_lines(holds, now, username, args.no_header))
-        else:
-            items = [HoldInfo(hold, now) for hold in holds]
-            formatter.print_items(items, no_header=args.no_header)
+        items = [HoldInfo(hold, now) for hold in holds]
+        formatter.print_items(items, no_header=args.no_header)
     return status
 
 

@@ -10,6 +10,9 @@ takes for empty written ``-`` in the columns that ask so (``h``).
 t/test_cli_table.py checks the two agree.
 """
 
+import math
+import operator
+
 from flux.util import empty_outputs, fsd
 
 #: The default format (flux-epilog-gate(1)), which this module writes.
@@ -19,14 +22,16 @@ DEFAULT_FORMAT = (
 )
 
 
-def default_lines(holds, now, username, no_header=False):
+def default_lines(columns, now, username, no_header=False):
     """The lines ``HoldFormat(DEFAULT_FORMAT).print_items()`` prints of
-    ``holds`` (list entries, in order) at time ``now``; ``username(userid)``
-    names a job's owner."""
+    the holds whose list entries are ``columns`` (see
+    :func:`~flux_epilog_gate.listentry.columns_of`), in their order, at
+    time ``now``; ``username(userid)`` names a job's owner."""
     empty = frozenset(empty_outputs())
-    ids = F58().many([hold["id"] for hold in holds])
-    descriptions = [hold["description"] for hold in holds]
-    users = [username(hold["userid"]) for hold in holds]
+    ids = F58().many(columns["id"])
+    descriptions = columns["description"]
+    names = {userid: username(userid) for userid in set(columns["userid"])}
+    users = list(map(names.__getitem__, columns["userid"]))
     # Fixed widths baked into one %-format: str values only, padded as
     # format()'s "<" and ">" pad them.
     row = (
@@ -34,42 +39,85 @@ def default_lines(holds, now, username, no_header=False):
         f"%-{_widest(descriptions, 11, 'DESCRIPTION', no_header, empty)}s "
         f"%-7s %-6s %-{_widest(users, 8, 'USER', no_header, empty)}s %7s %7s %7s"
     )
-    lines = []
-    if not no_header:
-        lines.append(
-            row
-            % (
-                "JOBID",
-                "DESCRIPTION",
-                "STATE",
-                "POINT",
-                "USER",
-                "AGE",
-                "ACTIVE",
-                "TIMEOUT",
+    lines = [] if no_header else [row % HEADINGS]
+    lines += map(
+        row.__mod__,
+        zip(
+            ids,
+            descriptions,
+            columns["state"],
+            ["epilog" if point is None else point for point in columns["point"]],
+            users,
+            ages(now, columns["t_hold"]),
+            [
+                (
+                    "-"
+                    if t_start is None
+                    else _or_dash(fsd(max(0.0, now - t_start)), empty)
+                )
+                for t_start in columns["t_start"]
+            ],
+            map(_Durations(empty).__getitem__, columns["timeout"]),
+        ),
+    )
+    return lines
+
+
+#: The default format's headings.
+HEADINGS = (
+    "JOBID",
+    "DESCRIPTION",
+    "STATE",
+    "POINT",
+    "USER",
+    "AGE",
+    "ACTIVE",
+    "TIMEOUT",
+)
+
+INFINITY = math.inf
+
+
+def ages(now, t_holds):
+    """``fsd(now - t_hold)`` of each of ``t_holds``, "0s" for an age of
+    0 or less (a clock stepped back): flux's fsd() written inline, a
+    function call less per hold."""
+    return [
+        (
+            "0s"
+            if not (age := now - t_hold) >= 1.0e-3
+            else (
+                "%.03fs" % age
+                if age < 10.0
+                else (
+                    "%.4gs" % age
+                    if age < 60.0
+                    else (
+                        "%.4gm" % (age / 60.0)
+                        if age < 3600.0
+                        else (
+                            "%.4gh" % (age / 3600.0)
+                            if age < 86400.0
+                            else "inf" if age == INFINITY else "%.4gd" % (age / 86400.0)
+                        )
+                    )
+                )
             )
         )
-    timeouts = _Durations(empty)
-    lines += [
-        row
-        % (
-            jobid,
-            description,
-            hold["state"],
-            hold.get("point", "epilog"),
-            user,
-            # fsd() of a negative age (a clock stepped back) as of 0.
-            fsd(age) if (age := now - hold["t_hold"]) > 0.0 else "0s",
-            (
-                "-"
-                if (t_start := hold.get("t_start")) is None
-                else _or_dash(fsd(max(0.0, now - t_start)), empty)
-            ),
-            timeouts[hold.get("timeout")],
-        )
-        for hold, jobid, description, user in zip(holds, ids, descriptions, users)
+        for t_hold in t_holds
     ]
-    return lines
+
+
+def in_order(columns):
+    """``columns`` with their holds by job id, then description, as the
+    gate answers them: reordered only if they are not."""
+    ids, descriptions = columns["id"], columns["description"]
+    if all(map(operator.lt, ids, ids[1:])):
+        return columns
+    order = sorted(range(len(ids)), key=lambda i: (ids[i], descriptions[i]))
+    if order == list(range(len(ids))):
+        return columns
+    return {key: [values[i] for i in order] for key, values in columns.items()}
 
 
 def _widest(values, least, heading, no_header, empty):
@@ -77,6 +125,8 @@ def _widest(values, least, heading, no_header, empty):
     is no header), or its widest value's (one flux takes for empty
     counts as none)."""
     widest = max(least, 0 if no_header else len(heading))
+    if max(map(len, values), default=0) <= widest:
+        return widest  # the common case, without a set of the values
     return max(widest, max(map(len, set(values) - empty), default=0))
 
 
@@ -134,11 +184,13 @@ class F58:
         """The f58 text of each of ``jobids``: an id of seven digits or
         more, the common case, from its pairs without a call."""
         heads, pairs = self.heads, F58_PAIRS
+        # Two operations on the id itself: its quotient by a pair (q) is a
+        # small int for most ids, cheaper to divide again.
         return [
             (
-                heads[j // F58_TAIL]
-                + pairs[j // F58_PAIR_2 % F58_PAIR]
-                + pairs[j // F58_PAIR % F58_PAIR]
+                heads[(q := j // F58_PAIR) // F58_PAIR_2]
+                + pairs[q // F58_PAIR % F58_PAIR]
+                + pairs[q % F58_PAIR]
                 + pairs[j % F58_PAIR]
                 if type(j) is int and F58_TAIL <= j < F58_LIMIT
                 else self._short(j)

@@ -571,9 +571,12 @@ class Dws(GateDriver):
         loaded alone, ``flux-epilog-gate list`` shows a rabbit job's holds."""
         payload = request.payload
         try:
-            jobid = protocol.parse_list(payload if payload is not None else {})
-            holds = self.gate.list(
-                jobid, userid=None if request.owner else request.userid
+            payload = payload if payload is not None else {}
+            jobid = protocol.parse_list(payload)
+            text = self.gate.list_json(
+                jobid,
+                userid=None if request.owner else request.userid,
+                columns=protocol.parse_list_columns(payload),
             )
         except GateError as exc:
             raise RequestError(exc.errnum, exc.message) from None
@@ -581,7 +584,7 @@ class Dws(GateDriver):
             raise RequestError(
                 errno.EPROTO, f"list: malformed payload: {exc}"
             ) from None
-        request.respond({"holds": holds})
+        self.jobtap.send_text(request.msg, text)
 
     def payload_of(self, request, method, keys, raise_on_job=True):
         """The payload of ``request`` if it is an object with an integer

@@ -323,11 +323,11 @@ class Gate:
         :meth:`Requests.list <flux_epilog_gate.gate.requests.Requests.list>`)."""
         return self.requests.list(jobid, userid)
 
-    def list_json(self, jobid=None, userid=None):
-        """The answer to ``list`` as JSON text (see
-        :meth:`Requests.list_json <flux_epilog_gate.gate.requests.Requests.list_json>`).
-        """
-        return self.requests.list_json(jobid, userid)
+    def list_json(self, jobid=None, userid=None, columns=False):
+        """The answer to ``list`` as JSON text, by column with ``columns``
+        (see :meth:`Requests.list_json
+        <flux_epilog_gate.gate.requests.Requests.list_json>`)."""
+        return self.requests.list_json(jobid, userid, columns)
 
     def snapshot(self, done):
         """Replace the hold log with a snapshot of the current holds now

@@ -9,11 +9,17 @@ hold's time is the text its hold-log line was written with
 (:func:`hold_entry <flux_epilog_gate.gate.holdlog.hold_entry>` keeps
 it): writing a float out again is the dearest part of an entry.  Any
 value the constants do not cover is written by json.
+
+An answer by column (``list`` with ``columns: true``) has the same
+values, an array per key (:data:`COLUMNS`), ``null`` where a hold has
+none: a client decodes a few long arrays of numbers and strings in half
+the time it takes to decode as many objects, each with its keys.
 """
 
 import json
 from math import isfinite
 
+from ..listentry import KEYS
 from .holds import ACTIVE, DEPEND, EPILOG, PENDING, PROLOG
 
 _PENDING = ',"state":"pending","userid":'
@@ -28,6 +34,48 @@ _TIMEOUT = ',"timeout":'
 def list_answer(holds):
     """The text of ``{"holds": [...]}`` of ``holds``' entries."""
     return '{"holds":[' + ",".join(entries(holds)) + "]}"
+
+
+#: The columns of an answer by column, in the order they are written.
+COLUMNS = KEYS
+
+
+def columns_answer(holds):
+    """The text of ``{"columns": {key: [...], ...}}`` of ``holds``: for
+    each key of :data:`COLUMNS` its values, hold by hold, as
+    :func:`list_answer` writes them (``null`` for a hold without it)."""
+    holds = list(holds)
+    quoted = _Quoted()
+    timeouts = _Timeouts()
+    columns = (
+        [str(h.id) for h in holds],
+        [quoted[d] if (d := h.description) in quoted else quoted.add(d) for h in holds],
+        [_STATES.get(h.state) or json.dumps(h.state) for h in holds],
+        [str(h.userid) for h in holds],
+        [_number(h.t_hold) if (w := h.t_text) is None else w for h in holds],
+        [_POINTS.get(h.point) or json.dumps(h.point) for h in holds],
+        ["null" if (t := h.t_start) is None else _number(t) for h in holds],
+        [
+            (
+                "null"
+                if (o := h.timeout) is None
+                else (
+                    timeouts[o]
+                    if type(o) is float and o in timeouts
+                    else timeouts.add(o)
+                )
+            )
+            for h in holds
+        ],
+    )
+    return (
+        '{"columns":{'
+        + ",".join(
+            f'"{key}":[' + ",".join(values) + "]"
+            for key, values in zip(COLUMNS, columns)
+        )
+        + "}}"
+    )
 
 
 def entries(holds):
@@ -46,6 +94,12 @@ def entries(holds):
         "}"
         for h in holds
     ]
+
+
+#: The JSON texts of the constant states and points (by identity first:
+#: a state or point of the gate's own is one of these objects).
+_STATES = {PENDING: '"pending"', ACTIVE: '"active"'}
+_POINTS = {EPILOG: '"epilog"', PROLOG: '"prolog"', DEPEND: '"depend"'}
 
 
 def _number(value):

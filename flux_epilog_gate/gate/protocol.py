@@ -100,9 +100,21 @@ def parse_release(payload):
 
 def parse_list(payload):
     """Return the job id to list, or None for all jobs."""
-    _object(payload, "list", (), ("id",))
+    _object(payload, "list", (), ("id", "columns"))
     jobid = payload.get("id")
     return None if jobid is None else _jobid(jobid, "list")
+
+
+def parse_list_columns(payload):
+    """Return whether a list request that :func:`parse_list` accepted
+    asks for its answer by column (``columns``, a boolean; absent or
+    null, false)."""
+    columns = payload.get("columns")
+    if columns is None:
+        return False
+    if not isinstance(columns, bool):
+        raise GateError(errno.EPROTO, "list: columns must be a boolean")
+    return columns
 
 
 def parse_snapshot(payload):

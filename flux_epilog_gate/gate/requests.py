@@ -10,7 +10,7 @@ from ..errors import GateError
 from ..jobid import f58
 from .holdlog import NotConfirmed
 from .holds import ACTIVE, DEPEND, EPILOG, RELEASED, Hold, Reason
-from .listing import list_answer
+from .listing import columns_answer, list_answer
 from .states import INACTIVE
 
 
@@ -181,11 +181,13 @@ class Requests:
         flux-core's job-list."""
         return [hold.to_dict() for hold in self._listed(jobid, userid)]
 
-    def list_json(self, jobid=None, userid=None):
+    def list_json(self, jobid=None, userid=None, columns=False):
         """The answer to ``list`` (``{"holds": [...]}``) as JSON text: of
         :meth:`list`'s entries, written out directly (see
-        :mod:`flux_epilog_gate.gate.listing`)."""
-        return list_answer(self._listed(jobid, userid))
+        :mod:`flux_epilog_gate.gate.listing`); with ``columns``, the same
+        values by column (``{"columns": {...}}``)."""
+        write = columns_answer if columns else list_answer
+        return write(self._listed(jobid, userid))
 
     def _listed(self, jobid, userid):
         if jobid is not None:

@@ -525,10 +525,12 @@ class EpilogGatePlugin(GateDriver):
     @_after_recovery
     @_answers_refusals
     def list_request(self, request):
-        payload = request.payload
-        jobid = protocol.parse_list(payload if payload is not None else {})
+        payload = request.payload if request.payload is not None else {}
+        jobid = protocol.parse_list(payload)
         text = self.gate.list_json(
-            jobid, userid=None if request.owner else request.userid
+            jobid,
+            userid=None if request.owner else request.userid,
+            columns=protocol.parse_list_columns(payload),
         )
         self.jobtap.send_text(request.msg, text)
 

@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from flux_epilog_gate.gate import holds
 from flux_epilog_gate.gate.holdlog import hold_entry
-from flux_epilog_gate.gate.listing import entries, list_answer
+from flux_epilog_gate.gate.listing import columns_answer, entries, list_answer
+from flux_epilog_gate.listentry import columns_of
 
 
 def dumped(hold_list):
@@ -79,6 +80,33 @@ def test_each_entry_is_one_holds_dict_as_json_writes_it(values):
         assert hold.to_json() == text
 
 
+@settings(max_examples=400, deadline=None)
+@given(st.lists(hold_values, max_size=12))
+def test_an_answer_by_column_is_the_text_json_writes_of_the_entries_columns(values):
+    hold_list = [make(v) for v in values]
+    by_column = {"columns": columns_of([hold.to_dict() for hold in hold_list])}
+    assert columns_answer(hold_list) == json.dumps(by_column, separators=(",", ":"))
+
+
+def test_an_answer_by_column_writes_a_missing_value_as_null_in_its_place():
+    hold_list = [
+        holds.Hold(1, "a", 0, 1.5, 600.0),
+        holds.Hold(2, "b", 5, 2.5, None, holds.PROLOG),
+    ]
+    hold_list[1].t_start = 3.0
+    columns = json.loads(columns_answer(hold_list))["columns"]
+    assert columns == {
+        "id": [1, 2],
+        "description": ["a", "b"],
+        "state": ["pending", "pending"],
+        "userid": [0, 5],
+        "t_hold": [1.5, 2.5],
+        "point": ["epilog", "prolog"],
+        "t_start": [None, 3.0],
+        "timeout": [600.0, None],
+    }
+
+
 def test_equal_timeouts_of_different_types_are_written_each_as_itself():
     hold_list = [
         holds.Hold(1, "a", 0, 1.5, timeout)
@@ -132,3 +160,5 @@ def test_holds_are_listed_by_job_id_then_description(pairs):
     listed = [(h["id"], h["description"]) for h in gate.list()]
     assert listed == sorted(pairs)
     assert json.loads(gate.list_json())["holds"] == gate.list()
+    by_column = json.loads(gate.list_json(columns=True))["columns"]
+    assert by_column == columns_of(gate.list())
