@@ -8,6 +8,8 @@ drives each from outside and sees what it did.
 """
 
 import errno
+import gc
+import weakref
 
 from flux_epilog_gate.jobtap.plugin import (
     Plugin,
@@ -162,6 +164,35 @@ class Probe(Plugin):
 
         self.jobtap.rpc(topic, {}, answered)
         request.respond(None)
+
+    @request("let-go")
+    def let_go(self, request):
+        """``{topic, key}``: with the cyclic collector off, send request
+        ``topic`` and look up KVS ``key``, keeping weak references to
+        their futures only (``gone`` tells which were freed)."""
+        gc.disable()
+        payload = request.payload
+        self.jobtap.rpc(payload["topic"], {}, lambda f: self.let_go_answered("rpc"))
+        self.jobtap.read_kvs(
+            payload["key"], lambda data, err: self.let_go_answered("lookup")
+        )
+        (lookup,) = self.jobtap._lookups
+        self.weak = {"lookup": weakref.ref(lookup)}
+        (rpc,) = self.jobtap._rpcs
+        self.weak["rpc"] = weakref.ref(rpc)
+        del lookup, rpc
+        request.respond(None)
+
+    def let_go_answered(self, name):
+        self.answers[f"let-go {name}"] = "answered"
+
+    @request("gone")
+    def gone(self, request):
+        """Which futures of ``let-go`` were freed; the collector is on
+        again."""
+        gone = {name: ref() is None for name, ref in self.weak.items()}
+        gc.enable()
+        request.respond(gone)
 
     @request("answers")
     def answered(self, request):

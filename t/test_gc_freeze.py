@@ -51,6 +51,7 @@ def test_a_ready_load_and_each_snapshot_freeze_the_gates_objects(new_instance):
     # The objects of the 200 holds were frozen with it (3 or so each).
     assert after["gc_frozen"] >= before["gc_frozen"] + HELD
     assert after["holds"] == HELD
+    assert after["gc_collections_frozen"] >= before["gc_collections_frozen"] >= 0
 
 
 def test_a_reloaded_plugin_freezes_again_once_ready(new_instance, plugin):
@@ -62,3 +63,48 @@ def test_a_reloaded_plugin_freezes_again_once_ready(new_instance, plugin):
     inst.flux("jobtap", "load", plugin)
     after = freezes_after(inst, before)
     assert after["gc_freezes"] == before + 1
+
+
+def test_a_full_collection_of_the_interpreters_own_freezes_its_survivors():
+    """Run apart (the collector is the interpreter's): the survivors of a
+    full collection the interpreter makes by itself are frozen as it
+    ends, and what was cyclic garbage then is collected, not frozen."""
+    import subprocess
+    import sys
+
+    code = """
+import gc, weakref
+from flux_epilog_gate.plugin.gcpolicy import Freezer
+
+freezer = Freezer()
+freezer.install()
+freezer.install()
+assert gc.callbacks.count(freezer._collected) == 1
+
+class Node:
+    pass
+
+cycle = Node()
+cycle.me = cycle
+dead = weakref.ref(cycle)
+del cycle
+kept = [Node() for _ in range(1000)]
+before = gc.get_freeze_count()
+made = []
+for _ in range(10_000_000):
+    made.append([])
+    if freezer.collections:
+        break
+assert freezer.collections == 1, "no full collection of its own"
+assert dead() is None, "cyclic garbage was frozen"
+assert gc.get_freeze_count() >= before + len(kept) + len(made) - 1000
+assert freezer.freezes == 0
+freezer.freeze()
+assert (freezer.freezes, freezer.collections) == (1, 1)
+print("frozen", gc.get_freeze_count() - before, "after", len(made))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("frozen"), done.stdout

@@ -378,3 +378,15 @@ def test_kvs_commit_writes_any_text(inst, h, writes):
     )
     assert result.returncode == 0 or expected == "", result.stderr
     assert result.stdout.decode("utf-8") == expected
+
+
+def test_an_answered_future_is_freed_without_the_cyclic_collector(h):
+    """A future frozen in flight (plugin/gcpolicy.py) would never be freed
+    if only the collector could free it."""
+    rpc(h, "let-go", {"topic": "job-manager.probe.echo", "key": "no.such.key"})
+    want = {"let-go rpc": "answered", "let-go lookup": "answered"}
+    deadline = time.time() + 10
+    while not want.items() <= rpc(h, "answers").items():
+        assert time.time() < deadline
+        time.sleep(0.05)
+    assert rpc(h, "gone") == {"rpc": True, "lookup": True}

@@ -114,6 +114,24 @@ class Jobtap:
 
         return wrapper
 
+    def on_answer(self, future, where, callback):
+        """Call ``callback(future)``, contained, when the one answer of
+        ``future`` comes, then let the future go."""
+        handler = self.contained(where, callback)
+
+        def answered(future):
+            try:
+                handler(future)
+            finally:
+                # The bindings tie a future with a continuation to itself
+                # (its handle) for its lifetime.  Untied, it is freed with
+                # its message by reference counting as soon as it is
+                # dropped, not left to the collector, which never frees
+                # it if it was frozen in flight (plugin/gcpolicy.py).
+                future.cb_handle = None
+
+        future.then(answered)
+
     def close(self):
         """The plugin instance is gone: drop everything that refers to it.
 
@@ -390,7 +408,7 @@ class Jobtap:
                 return
             callback(bytes(flux_ffi.buffer(data[0], size[0])), None)
 
-        future.then(self.contained("kvs lookup", done))
+        self.on_answer(future, "kvs lookup", done)
 
     def read_eventlog(self, jobid, callback):
         """Look up the job's eventlog without blocking; later call
@@ -472,7 +490,7 @@ class Jobtap:
             self._rpcs.discard(future)
             callback(future)
 
-        future.then(self.contained(f"answer to {topic}", done))
+        self.on_answer(future, f"answer to {topic}", done)
         return future
 
     # Services
@@ -597,7 +615,7 @@ class Jobtap:
                 return
             callback(None)
 
-        future.then(self.contained("kvs commit", done))
+        self.on_answer(future, "kvs commit", done)
 
     def kvs_lookup_treeobj(self, key, callback):
         """Look up the tree object of KVS ``key`` without blocking; later
@@ -624,7 +642,7 @@ class Jobtap:
                 return
             callback(flux_ffi.string(treeobj[0]).decode(), None)
 
-        future.then(self.contained("kvs lookup", done))
+        self.on_answer(future, "kvs lookup", done)
 
 
 def _txn_op(txn, op, key, value):

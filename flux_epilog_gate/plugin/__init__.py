@@ -213,7 +213,9 @@ class GateDriver(Plugin):
     def _freeze_long_lived(self):
         """Keep the gate's long-lived objects out of full collections
         (see :mod:`.gcpolicy`): those of the recovered holds once the load
-        is ready, and those of the current holds after each snapshot."""
+        is ready, those of the current holds after each snapshot, and
+        the survivors of every full collection."""
+        FREEZER.install()
         self.gate.holdlog.on_snapshot = FREEZER.freeze
         self.load.when_ready(FREEZER.freeze, lambda: None)
 
@@ -491,6 +493,7 @@ class EpilogGatePlugin(GateDriver):
                 log_commits=gate.holdlog.commits,
                 log_segment=gate.holdlog.segment,
                 gc_freezes=FREEZER.freezes,
+                gc_collections_frozen=FREEZER.collections,
                 gc_frozen=FREEZER.frozen(),
             ),
             "holds": gate.list(),
