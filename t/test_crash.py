@@ -41,8 +41,15 @@ def inst(new_instance):
     return new_instance(config=CONFIG)
 
 
-def checkpoint(inst):
-    """Make everything committed so far durable."""
+def checkpoint(inst, jobids=()):
+    """Make everything committed so far durable, the eventlogs of
+    ``jobids`` first: the job-manager commits a new job's eventlog after
+    its submission is answered, so a job just submitted may not be in
+    the KVS yet (and a restart would not know it)."""
+    if jobids:
+        handle = inst.handle()
+        for jobid in jobids:
+            flux.job.event_wait(handle, jobid, "submit")
     inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
 
 
@@ -177,7 +184,7 @@ def test_acknowledged_requests_survive_sigkill_across_a_snapshot(inst):
     all_answered([gate.hold_async(jobid, "a") for jobid in active])
     cancelled_at_point(handle, gate, active, "a")
     pending = [submit(handle, urgency=0) for _ in range(MAX_APPENDS // 2 + 40)]
-    checkpoint(inst)
+    checkpoint(inst, pending)
     # One request at a time: a synced write each, MAX_APPENDS and more.
     for jobid in pending:
         gate.hold(jobid, "b")

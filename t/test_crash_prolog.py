@@ -25,7 +25,7 @@ def test_acknowledged_prolog_holds_survive_sigkill(new_instance):
     inst = new_instance(config=CONFIG)
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     jobids = [submit(handle, duration=0.1, urgency=0) for _ in range(N)]
-    checkpoint(inst)
+    checkpoint(inst, jobids)
 
     answers = all_answered(
         [gate.hold_async(jobid, "setup", point="prolog") for jobid in jobids]
