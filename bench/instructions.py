@@ -5,6 +5,7 @@
     python bench/instructions.py --configs bare,gate-idle --jobs 200
     python bench/instructions.py --workloads exception,normal
     python bench/instructions.py --workloads rabbit --jobs 50
+    python bench/instructions.py --workloads durable --jobs 1000
 
 Jobs/s on a shared 2-core machine move by 10-20% from run to run;
 instruction counts do not.  For each configuration of bench/run.py this
@@ -23,6 +24,13 @@ carries ``attributes.system.dw`` and is submitted, held in DEPEND, its
 prolog and its epilog by the ``dws`` plugin, each hold released at once
 by the project's fake DWS service (t/dws_service.py), and run to its
 clean; submission is part of what is counted, in every configuration.
+
+The ``durable`` workload is bench/durable.py's one-client mix under
+callgrind (configurations DURABLE): ``hold`` requests only, on jobs
+waiting in SCHED, one client keeping 64 in flight, each answered once its
+record is synced.  It counts every broker thread, not the job-manager's
+alone (a synced record costs the KVS and the content store as much as
+the job-manager), per hold, with the holds per synced commit.
 """
 
 import argparse
@@ -42,8 +50,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import options  # noqa: E402
-from client import Client  # noqa: E402
-from common import RESULTS, Plugins, spec_for  # noqa: E402
+from client import Client, submit_waiting  # noqa: E402
+from common import DESCRIPTION, RESULTS, Plugins, spec_for  # noqa: E402
 from observer import Broker  # noqa: E402
 from throughput import drive  # noqa: E402
 
@@ -73,12 +81,40 @@ RABBIT = {
     "dws": ("dws",),
     "dws+gate": ("epilog-gate", "dws"),
 }
-WORKLOADS = (*options.WORKLOADS, "rabbit")
+#: The durable workload's configurations: bench/durable.py's, by the
+#: same names.
+DURABLE = {
+    "gate": ("gate", True, {}),
+    "native-synced": ("native", True, {"synced": 1}),
+    "native-snapshots": ("native", True, {"synced": 2}),
+    "native": ("native", True, {}),
+}
+#: Requests in flight in the durable workload (durable.py's one client).
+DURABLE_WINDOW = 64
+#: Per plugin kind: its name for ``flux jobtap query``, and its counter of
+#: synced commits.
+COMMIT_COUNTERS = {
+    "gate": ("epilog-gate.so", "log_commits"),
+    "native": ("native-gate.so", "commits"),
+}
+#: A broker thread is named by the first of these its profile mentions.
+THREADS = (
+    ("modules/job-manager.so", "job-manager"),
+    ("modules/kvs-watch.so", "kvs-watch"),
+    ("modules/kvs.so", "kvs"),
+    ("libsqlite3", "content-sqlite"),
+    ("modules/content.so", "content"),
+    ("connector-local", "connector-local"),
+)
+WORKLOADS = (*options.WORKLOADS, "rabbit", "durable")
 DW = "#DW jobdw type=xfs capacity=1GiB name=bench"
 SERVICE = os.path.join(HERE, "..", "t", "dws_service.py")
 
 PYTHON_OBJECTS = ("libpython", "_cffi_backend")
 JOB_MANAGER_FUNCTION = "event_job_process_entry"
+#: What else tells the job-manager's thread: a workload of requests
+#: alone (durable) processes no job event.
+JOB_MANAGER_OBJECT = "modules/job-manager.so"
 FNMATCH = "fnmatch.c:fnmatch@@"
 
 
@@ -139,6 +175,67 @@ def inner_rabbit(config, jobs, outdir):
         service.wait()
 
 
+def hold_pipelined(h, topic, ids, window=DURABLE_WINDOW):
+    """A ``hold`` on each of ``ids``, ``window`` in flight, as
+    bench/durable.py's client sends them; return once all are answered."""
+    todo = iter(ids)
+    errors = []
+    left = [len(ids)]
+
+    def send():
+        jobid = next(todo, None)
+        if jobid is not None:
+            h.rpc(topic, {"id": jobid, "description": DESCRIPTION}).then(answered)
+
+    def answered(future):
+        try:
+            future.get()
+        except OSError as exc:
+            errors.append(str(exc))
+        left[0] -= 1
+        if left[0] == 0:
+            h.reactor_stop()
+        else:
+            send()
+
+    for _ in range(window):
+        send()
+    h.reactor_run()
+    if errors:
+        raise RuntimeError(f"instructions: hold failed: {errors[0]}")
+
+
+def synced_commits(h, kind):
+    """The synced commits plugin ``kind`` has sent so far."""
+    name, counter = COMMIT_COUNTERS[kind]
+    query = h.rpc("job-manager.jobtap-query", {"name": name}).get()
+    return query["counters"][counter]
+
+
+def inner_durable(config, jobs, outdir):
+    """Inside the instance: load the configuration's plugin, warm up, then
+    hold ``jobs`` jobs waiting in SCHED with callgrind's instrumentation
+    on; write the synced commits made meanwhile to ``outdir``."""
+    import flux
+
+    kind, _, conf = DURABLE[config]
+    plugins = Plugins(outdir)
+    h = flux.Flux()
+    plugins.load(h, kind, conf)
+    topic = f"{plugins.service(kind)}.hold"
+    spec = spec_for("exception")
+    hold_pipelined(h, topic, submit_waiting(h, 100, spec))
+    ids = submit_waiting(h, jobs, spec)
+    time.sleep(0.5)  # the submissions' events settle, as in durable.py
+    Broker(h).quiesce()
+    before = synced_commits(h, kind) if conf or kind == "gate" else None
+    with instrumented(h):
+        hold_pipelined(h, topic, ids)
+    if before is not None:
+        with open(os.path.join(outdir, "commits"), "w") as f:
+            f.write(str(synced_commits(h, kind) - before))
+
+
 def inner(config, workload, jobs, outdir):
     """Inside the instance: load the configuration's plugin, warm up, then
     drive ``jobs`` jobs with callgrind's instrumentation on."""
@@ -146,6 +243,9 @@ def inner(config, workload, jobs, outdir):
 
     if workload == "rabbit":
         inner_rabbit(config, jobs, outdir)
+        return
+    if workload == "durable":
+        inner_durable(config, jobs, outdir)
         return
     plugin_kind, gated, conf = CONFIGS[config]
     plugins = Plugins(outdir)
@@ -199,7 +299,30 @@ def measure(config, jobs, workdir, workload="exception", rep=None):
         capture_output=True,
         text=True,
     )
-    return job_manager_profile(glob.glob(os.path.join(out, "cg.*-*")), jobs)
+    profile = job_manager_profile(glob.glob(os.path.join(out, "cg.*-*")), jobs)
+    if workload == "durable":
+        profile.update(broker_threads(glob.glob(os.path.join(out, "cg.*-*")), jobs))
+        commits = os.path.join(out, "commits")
+        if os.path.exists(commits):
+            with open(commits) as f:
+                profile["holds_per_commit"] = jobs / max(1, int(f.read()))
+    return profile
+
+
+def broker_threads(files, jobs):
+    """Instructions per job of each broker thread (named by THREADS; the
+    others, the broker's own and the idle modules', as "other") and of
+    all of them."""
+    threads = {}
+    for path in files:
+        with open(path, errors="replace") as f:
+            text = f.read()
+        total = sum(int(n) for n in re.findall(r"^totals: (\d+)", text, re.M))
+        if not total:
+            continue
+        name = next((n for mark, n in THREADS if mark in text), "other")
+        threads[name] = threads.get(name, 0) + total / jobs
+    return {"threads_per_job": threads, "all_threads_per_job": sum(threads.values())}
 
 
 def job_manager_profile(files, jobs):
@@ -209,7 +332,7 @@ def job_manager_profile(files, jobs):
     for path in files:
         with open(path, errors="replace") as f:
             text = f.read()
-        if JOB_MANAGER_FUNCTION not in text:
+        if JOB_MANAGER_FUNCTION not in text and JOB_MANAGER_OBJECT not in text:
             continue
         total = sum(int(n) for n in re.findall(r"^totals: (\d+)", text, re.M))
         if best is None or total > best[0]:
@@ -271,6 +394,10 @@ RATIOS = (
     ("dws", "bare"),
     ("dws+gate", "bare"),
     ("dws+gate", "dws"),
+    ("gate", "native-synced"),
+    ("gate", "native-snapshots"),
+    ("native-snapshots", "native-synced"),
+    ("native-synced", "native"),
 )
 
 
@@ -295,12 +422,38 @@ def report(results, jobs, workload):
             f"  {config:16}{r['instructions_per_job'] / 1e3:>11.1f}k"
             f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}" + spread
         )
+    if workload == "durable":
+        report_threads(results)
     print(
         "ratios" + (" (of the medians; then run by run)" if _repeated(results) else "")
     )
     for a, b in RATIOS:
         if a in results and b in results:
             print(f"  {a} / {b}: {_ratios(results[a], results[b])}")
+
+
+def report_threads(results):
+    """The durable workload's broker threads, per hold."""
+    names = sorted({n for r in results.values() for n in r["threads_per_job"]})
+    print("  every broker thread, instructions per hold (k); holds per synced commit")
+    print(
+        f"  {'config':16}"
+        + "".join(f"{n[:14]:>15}" for n in names)
+        + f"{'all':>10}{'per sync':>10}"
+    )
+    for config, r in results.items():
+        cells = "".join(f"{r['threads_per_job'].get(n, 0) / 1e3:>15.1f}" for n in names)
+        per = r.get("holds_per_commit")
+        print(
+            f"  {config:16}{cells}{r['all_threads_per_job'] / 1e3:>10.1f}"
+            + (f"{per:>10.1f}" if per else f"{'':>10}")
+        )
+    for a, b in (("gate", "native-synced"), ("gate", "native-snapshots")):
+        if a in results and b in results:
+            ratio = (
+                results[a]["all_threads_per_job"] / results[b]["all_threads_per_job"]
+            )
+            print(f"  {a} / {b}, every thread: {ratio:.3f}")
 
 
 def _repeated(results):
@@ -321,7 +474,7 @@ def _ratios(a, b):
 def configs_of(workload, names):
     """The configurations ``names`` (comma-separated; None: all) of
     ``workload``, checked."""
-    known = RABBIT if workload == "rabbit" else CONFIGS
+    known = {"rabbit": RABBIT, "durable": DURABLE}.get(workload, CONFIGS)
     configs = names.split(",") if names else list(known)
     unknown = [c for c in configs if c not in known]
     if unknown:

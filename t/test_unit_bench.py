@@ -103,6 +103,46 @@ def test_the_rabbit_workload_has_configurations_of_its_own():
         instructions.configs_of("normal", "dws")
 
 
+def test_the_durable_workload_has_configurations_of_its_own():
+    assert instructions.configs_of("durable", None) == list(instructions.DURABLE)
+    assert instructions.configs_of("durable", "gate,native-synced") == [
+        "gate",
+        "native-synced",
+    ]
+    with pytest.raises(SystemExit, match="unknown configuration 'bare' of durable"):
+        instructions.configs_of("durable", "gate,bare")
+
+
+def _profile(tmp_path, name, objects, total):
+    """A callgrind file of one thread that ran ``objects``."""
+    path = tmp_path / name
+    lines = [f"ob=({i}) /usr/local/lib/{o}" for i, o in enumerate(objects, 1)]
+    path.write_text("\n".join(["events: Ir", *lines, f"totals: {total}", ""]))
+    return str(path)
+
+
+def test_broker_threads_are_named_by_the_code_their_profiles_ran(tmp_path):
+    files = [
+        _profile(tmp_path, "cg.1-01", ["libflux-core.so"], 300),
+        _profile(tmp_path, "cg.1-02", ["flux/modules/job-manager.so"], 1000),
+        _profile(tmp_path, "cg.1-03", ["flux/modules/kvs.so"], 500),
+        _profile(tmp_path, "cg.1-04", ["flux/modules/kvs-watch.so"], 100),
+        _profile(tmp_path, "cg.1-05", ["libsqlite3.so.0", "liblz4.so"], 200),
+        _profile(tmp_path, "cg.1-06", ["flux/modules/content.so"], 400),
+        _profile(tmp_path, "cg.1-07", ["flux/modules/kvs.so"], 0),
+    ]
+    threads = instructions.broker_threads(files, jobs=100)
+    assert threads["threads_per_job"] == {
+        "other": 3.0,
+        "job-manager": 10.0,
+        "kvs": 5.0,
+        "kvs-watch": 1.0,
+        "content-sqlite": 2.0,
+        "content": 4.0,
+    }
+    assert threads["all_threads_per_job"] == 25.0
+
+
 @settings(max_examples=200, deadline=None)
 @given(counts=st.lists(st.integers(1, 10**7), min_size=1, max_size=7))
 def test_repeated_runs_report_the_median_run_with_every_run(counts):
