@@ -2,6 +2,7 @@
 
 import os
 import shutil
+import sys
 
 import pytest
 
@@ -18,6 +19,20 @@ def skip_unless(condition, reason):
     if os.environ.get("CI"):
         pytest.fail(f"CI must run this test, but {reason}")
     pytest.skip(reason)
+
+
+def callgrind_counter():
+    """``bench/instructions.py``, which counts a real instance's
+    instructions under callgrind, for a test that needs valgrind."""
+    skip_unless(
+        shutil.which("valgrind"), "valgrind is not installed (apt install valgrind)"
+    )
+    bench = os.path.join(REPO, "bench")
+    if bench not in sys.path:
+        sys.path.insert(0, bench)
+    import instructions
+
+    return instructions
 
 
 def pytest_sessionstart(session):

@@ -7,22 +7,15 @@ checks the harness (threads named, commits counted, the gate's Python
 found), not a speed.
 """
 
-import os
-import shutil
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
-import instructions  # noqa: E402
-from conftest import skip_unless  # noqa: E402
+from conftest import callgrind_counter
 
 HOLDS = 60
 
 
 def test_the_durable_workload_counts_every_thread_a_synced_hold_costs():
-    skip_unless(
-        shutil.which("valgrind"), "valgrind is not installed (apt install valgrind)"
-    )
+    instructions = callgrind_counter()
     with tempfile.TemporaryDirectory(prefix="durable-profile-") as tmp:
         gate = instructions.measure("gate", HOLDS, tmp, "durable")
         native = instructions.measure("native-synced", HOLDS, tmp, "durable")

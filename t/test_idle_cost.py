@@ -11,22 +11,15 @@ handler does come back when flux-core needs it.
 """
 
 import json
-import os
-import shutil
-import sys
 import tempfile
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
-import instructions  # noqa: E402
-from conftest import skip_unless  # noqa: E402
+from conftest import callgrind_counter
 
 JOBS = 40
 
 
 def test_an_idle_plugin_adds_no_fnmatch_and_no_python_to_a_job():
-    skip_unless(
-        shutil.which("valgrind"), "valgrind is not installed (apt install valgrind)"
-    )
+    instructions = callgrind_counter()
     with tempfile.TemporaryDirectory(prefix="idle-cost-") as tmp:
         bare = instructions.measure("bare", JOBS, tmp)
         idle = instructions.measure("gate-idle", JOBS, tmp)
