@@ -26,6 +26,42 @@ def submit_waiting(handle, count, spec, window=256):
     return ids
 
 
+def hold_pipelined(handle, topic, jobids, window, answered=None):
+    """Send a ``hold`` (``topic``) on each of ``jobids``, ``window`` in
+    flight, and run the reactor until all are answered: each answer's
+    future and the ``time.perf_counter()`` of its sending go to
+    ``answered``; return the errors, as strings."""
+    todo = iter(jobids)
+    errors = []
+    left = [len(jobids)]
+
+    def send():
+        jobid = next(todo, None)
+        if jobid is not None:
+            future = handle.rpc(topic, {"id": jobid, "description": DESCRIPTION})
+            future.then(on_answer, time.perf_counter())
+
+    def on_answer(future, sent):
+        try:
+            future.get()
+        except OSError as exc:
+            errors.append(str(exc))
+        if answered is not None:
+            answered(future, sent)
+        left[0] -= 1
+        if left[0] == 0:
+            handle.reactor_stop()
+        else:
+            send()
+
+    if not jobids:
+        return errors
+    for _ in range(window):
+        send()
+    handle.reactor_run()
+    return errors
+
+
 class Client:
     """Drives one instance: submits, holds, cancels or releases jobs, and
     observes clean events through the job-manager journal.

@@ -102,6 +102,13 @@ class Plugins:
 
     SERVICES = {"gate": GATE_SERVICE, "native": NATIVE_SERVICE}
 
+    #: Per kind: the name ``flux jobtap query`` knows the plugin by, and
+    #: its counter of synced commits.
+    COMMIT_COUNTERS = {
+        "gate": ("epilog-gate.so", "log_commits"),
+        "native": ("native-gate.so", "commits"),
+    }
+
     def __init__(self, tmpdir):
         self.tmpdir = tmpdir
         self.paths = {"gate": plugin_path(), "native": build_native(tmpdir)}
@@ -130,6 +137,13 @@ class Plugins:
         if options:
             request["conf"] = options
         handle.rpc("job-manager.jobtap", request).get()
+
+    @classmethod
+    def synced_commits(cls, handle, kind):
+        """The synced commits plugin ``kind`` has sent so far."""
+        name, counter = cls.COMMIT_COUNTERS[kind]
+        query = handle.rpc("job-manager.jobtap-query", {"name": name}).get()
+        return query["counters"][counter]
 
     def remove(self, handle, kind):
         """Remove plugin ``kind`` from a running job-manager."""

@@ -40,9 +40,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import flux  # noqa: E402
-from client import submit_waiting  # noqa: E402
+from client import hold_pipelined, submit_waiting  # noqa: E402
 from common import (  # noqa: E402
-    DESCRIPTION,
     RESULTS,
     Plugins,
     flux_version,
@@ -77,34 +76,15 @@ def client(uri, topic, jobids, window, start, out):
     ``(latencies, t_first_send, t_last_answer, errors, cpu)`` on ``out``,
     ``cpu`` the seconds of CPU the client spent meanwhile."""
     h = flux.Flux(uri)
-    todo = iter(jobids)
     latencies = []
-    errors = []
-
-    def send():
-        jobid = next(todo, None)
-        if jobid is None:
-            return
-        future = h.rpc(topic, {"id": jobid, "description": DESCRIPTION})
-        future.then(answered, time.perf_counter())
 
     def answered(future, sent):
-        try:
-            future.get()
-        except OSError as exc:
-            errors.append(str(exc))
         latencies.append(time.perf_counter() - sent)
-        if len(latencies) == len(jobids):
-            h.reactor_stop()
-        else:
-            send()
 
     # Connected: start when every client is.
     start.wait()
     t0, cpu0 = time.perf_counter(), time.process_time()
-    for _ in range(window):
-        send()
-    h.reactor_run()
+    errors = hold_pipelined(h, topic, jobids, window, answered)
     cpu = time.process_time() - cpu0
     out.put((latencies, t0, time.perf_counter(), errors[:3], cpu))
 
@@ -141,19 +121,9 @@ def measure(inst, topic, jobids, clients, window):
     }
 
 
-#: Per plugin kind: the name ``flux jobtap query`` knows it by, and its
-#: counter of synced commits.
-COMMIT_COUNTERS = {
-    "gate": ("epilog-gate.so", "log_commits"),
-    "native": ("native-gate.so", "commits"),
-}
-
-
 def commits(inst, kind):
-    """The synced commits plugin ``kind`` has sent so far."""
-    name, counter = COMMIT_COUNTERS[kind]
-    out = inst.flux("jobtap", "query", name).stdout
-    return json.loads(out)["counters"][counter]
+    """The synced commits plugin ``kind`` has sent so far in ``inst``."""
+    return Plugins.synced_commits(inst.handle(), kind)
 
 
 class Target:
@@ -178,7 +148,7 @@ class Target:
         time.sleep(0.5)  # let the submissions' events settle
         for broker in {self.broker, *brokers}:
             broker.quiesce()
-        before = commits(self.inst, self.kind) if self.synced else None
+        before = Plugins.synced_commits(self.handle, self.kind) if self.synced else None
         jm, broker = self.broker.cpu()
         threads = self.broker.threads()
         row = measure(self.inst, self.topic, jobids, clients, window)
@@ -190,7 +160,7 @@ class Target:
         row["jm_us_per_hold"] = (jm_after - jm) / 1e3 / row["holds"]
         row["broker_us_per_hold"] = (broker_after - broker) / 1e3 / row["holds"]
         if before is not None:
-            sent = commits(self.inst, self.kind) - before
+            sent = Plugins.synced_commits(self.handle, self.kind) - before
             row["holds_per_commit"] = row["holds"] / max(1, sent)
         self.reps[mode].append(row)
         per = row.get("holds_per_commit")

@@ -49,9 +49,10 @@ import flux.job
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import durable  # noqa: E402
 import options  # noqa: E402
-from client import Client, submit_waiting  # noqa: E402
-from common import DESCRIPTION, RESULTS, Plugins, spec_for  # noqa: E402
+from client import Client, hold_pipelined, submit_waiting  # noqa: E402
+from common import RESULTS, Plugins, spec_for  # noqa: E402
 from observer import Broker  # noqa: E402
 from throughput import drive  # noqa: E402
 
@@ -81,23 +82,20 @@ RABBIT = {
     "dws": ("dws",),
     "dws+gate": ("epilog-gate", "dws"),
 }
-#: The durable workload's configurations: bench/durable.py's, by the
-#: same names.
-DURABLE = {
-    "gate": ("gate", True, {}),
-    "native-synced": ("native", True, {"synced": 1}),
-    "native-snapshots": ("native", True, {"synced": 2}),
-    "native": ("native", True, {}),
-}
+#: The durable workload's configurations: bench/durable.py's, as
+#: CONFIGS has them (every one takes holds).
+DURABLE = {name: (kind, True, conf) for name, (kind, conf) in durable.CONFIGS.items()}
 #: Requests in flight in the durable workload (durable.py's one client).
 DURABLE_WINDOW = 64
-#: Per plugin kind: its name for ``flux jobtap query``, and its counter of
-#: synced commits.
-COMMIT_COUNTERS = {
-    "gate": ("epilog-gate.so", "log_commits"),
-    "native": ("native-gate.so", "commits"),
-}
-#: A broker thread is named by the first of these its profile mentions.
+WORKLOADS = (*options.WORKLOADS, "rabbit", "durable")
+DW = "#DW jobdw type=xfs capacity=1GiB name=bench"
+SERVICE = os.path.join(HERE, "..", "t", "dws_service.py")
+
+PYTHON_OBJECTS = ("libpython", "_cffi_backend")
+JOB_MANAGER_FUNCTION = "event_job_process_entry"
+#: A broker thread is named by the first of these its profile mentions
+#: (the job-manager's by its module: a workload of requests alone, the
+#: durable one, processes no job event); the others are "other".
 THREADS = (
     ("modules/job-manager.so", "job-manager"),
     ("modules/kvs-watch.so", "kvs-watch"),
@@ -106,15 +104,6 @@ THREADS = (
     ("modules/content.so", "content"),
     ("connector-local", "connector-local"),
 )
-WORKLOADS = (*options.WORKLOADS, "rabbit", "durable")
-DW = "#DW jobdw type=xfs capacity=1GiB name=bench"
-SERVICE = os.path.join(HERE, "..", "t", "dws_service.py")
-
-PYTHON_OBJECTS = ("libpython", "_cffi_backend")
-JOB_MANAGER_FUNCTION = "event_job_process_entry"
-#: What else tells the job-manager's thread: a workload of requests
-#: alone (durable) processes no job event.
-JOB_MANAGER_OBJECT = "modules/job-manager.so"
 FNMATCH = "fnmatch.c:fnmatch@@"
 
 
@@ -175,41 +164,12 @@ def inner_rabbit(config, jobs, outdir):
         service.wait()
 
 
-def hold_pipelined(h, topic, ids, window=DURABLE_WINDOW):
-    """A ``hold`` on each of ``ids``, ``window`` in flight, as
-    bench/durable.py's client sends them; return once all are answered."""
-    todo = iter(ids)
-    errors = []
-    left = [len(ids)]
-
-    def send():
-        jobid = next(todo, None)
-        if jobid is not None:
-            h.rpc(topic, {"id": jobid, "description": DESCRIPTION}).then(answered)
-
-    def answered(future):
-        try:
-            future.get()
-        except OSError as exc:
-            errors.append(str(exc))
-        left[0] -= 1
-        if left[0] == 0:
-            h.reactor_stop()
-        else:
-            send()
-
-    for _ in range(window):
-        send()
-    h.reactor_run()
+def hold_all(h, topic, ids):
+    """A ``hold`` on each of ``ids``, as durable.py's one client sends
+    them (DURABLE_WINDOW in flight); return once all are answered."""
+    errors = hold_pipelined(h, topic, ids, DURABLE_WINDOW)
     if errors:
         raise RuntimeError(f"instructions: hold failed: {errors[0]}")
-
-
-def synced_commits(h, kind):
-    """The synced commits plugin ``kind`` has sent so far."""
-    name, counter = COMMIT_COUNTERS[kind]
-    query = h.rpc("job-manager.jobtap-query", {"name": name}).get()
-    return query["counters"][counter]
 
 
 def inner_durable(config, jobs, outdir):
@@ -224,16 +184,16 @@ def inner_durable(config, jobs, outdir):
     plugins.load(h, kind, conf)
     topic = f"{plugins.service(kind)}.hold"
     spec = spec_for("exception")
-    hold_pipelined(h, topic, submit_waiting(h, 100, spec))
+    hold_all(h, topic, submit_waiting(h, 100, spec))
     ids = submit_waiting(h, jobs, spec)
     time.sleep(0.5)  # the submissions' events settle, as in durable.py
     Broker(h).quiesce()
-    before = synced_commits(h, kind) if conf or kind == "gate" else None
+    before = Plugins.synced_commits(h, kind) if conf or kind == "gate" else None
     with instrumented(h):
-        hold_pipelined(h, topic, ids)
+        hold_all(h, topic, ids)
     if before is not None:
         with open(os.path.join(outdir, "commits"), "w") as f:
-            f.write(str(synced_commits(h, kind) - before))
+            f.write(str(Plugins.synced_commits(h, kind) - before))
 
 
 def inner(config, workload, jobs, outdir):
@@ -299,9 +259,10 @@ def measure(config, jobs, workdir, workload="exception", rep=None):
         capture_output=True,
         text=True,
     )
-    profile = job_manager_profile(glob.glob(os.path.join(out, "cg.*-*")), jobs)
+    threads = thread_profiles(glob.glob(os.path.join(out, "cg.*-*")))
+    profile = job_manager_profile(threads, jobs)
     if workload == "durable":
-        profile.update(broker_threads(glob.glob(os.path.join(out, "cg.*-*")), jobs))
+        profile.update(broker_threads(threads, jobs))
         commits = os.path.join(out, "commits")
         if os.path.exists(commits):
             with open(commits) as f:
@@ -309,37 +270,41 @@ def measure(config, jobs, workdir, workload="exception", rep=None):
     return profile
 
 
-def broker_threads(files, jobs):
-    """Instructions per job of each broker thread (named by THREADS; the
-    others, the broker's own and the idle modules', as "other") and of
-    all of them."""
-    threads = {}
+def thread_profiles(files):
+    """``(name, instructions, path)`` of each thread's callgrind file that
+    counted any: named by THREADS, and the job-manager's also by
+    JOB_MANAGER_FUNCTION."""
+    threads = []
     for path in files:
         with open(path, errors="replace") as f:
             text = f.read()
         total = sum(int(n) for n in re.findall(r"^totals: (\d+)", text, re.M))
         if not total:
             continue
-        name = next((n for mark, n in THREADS if mark in text), "other")
-        threads[name] = threads.get(name, 0) + total / jobs
-    return {"threads_per_job": threads, "all_threads_per_job": sum(threads.values())}
+        if JOB_MANAGER_FUNCTION in text:
+            name = "job-manager"
+        else:
+            name = next((n for mark, n in THREADS if mark in text), "other")
+        threads.append((name, total, path))
+    return threads
 
 
-def job_manager_profile(files, jobs):
-    """Instructions per job of the thread that ran the job-manager, and
-    the part of them in Python."""
-    best = None
-    for path in files:
-        with open(path, errors="replace") as f:
-            text = f.read()
-        if JOB_MANAGER_FUNCTION not in text and JOB_MANAGER_OBJECT not in text:
-            continue
-        total = sum(int(n) for n in re.findall(r"^totals: (\d+)", text, re.M))
-        if best is None or total > best[0]:
-            best = (total, path)
-    if best is None:
+def broker_threads(threads, jobs):
+    """Instructions per job of each broker thread of ``threads``
+    (thread_profiles) by name, and of all of them."""
+    per = {}
+    for name, total, _ in threads:
+        per[name] = per.get(name, 0) + total / jobs
+    return {"threads_per_job": per, "all_threads_per_job": sum(per.values())}
+
+
+def job_manager_profile(threads, jobs):
+    """Instructions per job of the thread that ran the job-manager (of
+    ``threads``, thread_profiles), and the part of them in Python."""
+    ran = [(total, path) for name, total, path in threads if name == "job-manager"]
+    if not ran:
         raise RuntimeError("no callgrind profile of the job-manager thread")
-    total, path = best
+    total, path = max(ran)
     return {
         "instructions_per_job": total / jobs,
         "python_per_job": python_instructions(path) / jobs,

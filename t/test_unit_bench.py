@@ -131,7 +131,7 @@ def test_broker_threads_are_named_by_the_code_their_profiles_ran(tmp_path):
         _profile(tmp_path, "cg.1-06", ["flux/modules/content.so"], 400),
         _profile(tmp_path, "cg.1-07", ["flux/modules/kvs.so"], 0),
     ]
-    threads = instructions.broker_threads(files, jobs=100)
+    threads = instructions.broker_threads(instructions.thread_profiles(files), jobs=100)
     assert threads["threads_per_job"] == {
         "other": 3.0,
         "job-manager": 10.0,
