@@ -19,7 +19,11 @@ from one pipelining client and from several clients at once, for:
   unless named in ``--configs``: ``native-synced`` replaces the key with
   the batch alone, a lower bound);
 - ``native``: the native C gate answering from memory, no record at all
-  (what durability costs, both ways).
+  (what durability costs, both ways);
+- ``native-synced+N`` (named in ``--configs`` only): ``native-synced``
+  whose job-manager thread works N µs more on each hold request
+  (native_gate.c's ``work=N``): what the time per request alone does to
+  acknowledged holds/s, everything else the same.
 
 Each client is its own process with its own handle; all start together.
 The three instances run side by side, and each repetition measures them
@@ -59,6 +63,20 @@ CONFIGS = {
     "native-snapshots": ("native", {"synced": 2}),
     "native": ("native", {}),
 }
+
+#: ``native-synced+N``: native-synced, N µs more per hold request.
+WORK_PREFIX = "native-synced+"
+
+
+def config_of(name):
+    """``(plugin kind, options)`` of configuration ``name`` (one of
+    CONFIGS, or ``native-synced+N``); KeyError if there is none."""
+    work = name[len(WORK_PREFIX) :] if name.startswith(WORK_PREFIX) else ""
+    if work.isdigit():
+        kind, options = CONFIGS["native-synced"]
+        return kind, {**options, "work": int(work)}
+    return CONFIGS[name]
+
 
 #: The configurations run unless ``--configs`` names others.
 DEFAULT_CONFIGS = ["gate", "native-synced", "native"]
@@ -131,7 +149,7 @@ class Target:
 
     def __init__(self, name, plugins, modes):
         self.name = name
-        self.kind, options = CONFIGS[name]
+        self.kind, options = config_of(name)
         self.topic = f"{plugins.service(self.kind)}.hold"
         self.inst = plugins.instance(self.kind, 64, options)
         self.inst.start()
@@ -241,7 +259,9 @@ def parse_args(argv=None):
     parser.add_argument("--holds", type=int, help="holds per measurement")
     parser.add_argument("--reps", type=int, help="repetitions of each measurement")
     parser.add_argument(
-        "--configs", help=f"comma-separated configurations ({','.join(CONFIGS)})"
+        "--configs",
+        help=f"comma-separated configurations ({','.join(CONFIGS)}, "
+        f"{WORK_PREFIX}N)",
     )
     parser.add_argument(
         "--modes",
@@ -266,7 +286,9 @@ def parse_args(argv=None):
         parser.error(f"--modes must be numbers from 1 to {len(names)}")
     args.modes = [names[n - 1] for n in numbers] if numbers else names
     for name in args.configs:
-        if name not in CONFIGS:
+        try:
+            config_of(name)
+        except KeyError:
             parser.error(f"unknown configuration {name!r}")
     return args
 

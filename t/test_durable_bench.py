@@ -11,6 +11,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "bench"))
 import durable  # noqa: E402
 from client import submit_waiting  # noqa: E402
 from common import DESCRIPTION, Plugins, spec_for  # noqa: E402
+from observer import Broker  # noqa: E402
 
 MODES = list(durable.MODES)
 
@@ -35,6 +36,22 @@ def test_the_snapshot_baseline_runs_only_when_named():
     assert "native-snapshots" not in durable.parse_args([]).configs
     named = durable.parse_args(["--configs", "gate,native-snapshots"]).configs
     assert named == ["gate", "native-snapshots"]
+
+
+def test_a_native_synced_config_with_work_per_request_is_named_by_its_microseconds():
+    assert durable.config_of("native-synced+9") == (
+        "native",
+        {**durable.CONFIGS["native-synced"][1], "work": 9},
+    )
+    named = durable.parse_args(["--configs", "native-synced,native-synced+12"])
+    assert named.configs == ["native-synced", "native-synced+12"]
+
+
+@pytest.mark.parametrize("name", ["native-synced+", "native-synced+x", "gate+9"])
+def test_a_malformed_work_config_is_refused_by_name(name, capsys):
+    with pytest.raises(SystemExit):
+        durable.parse_args(["--configs", name])
+    assert f"unknown configuration {name!r}" in capsys.readouterr().err
 
 
 def test_a_median_row_takes_each_figure_from_the_repetitions_that_have_it():
@@ -73,6 +90,24 @@ def test_the_native_synced_gate_replaces_its_key_as_configured(tmp_path, synced,
         else:
             # The 257th commit put its batch, the rest were appended.
             assert named == set(jobids[APPENDS:])
+    finally:
+        inst.stop()
+        inst.cleanup()
+
+
+def test_work_per_request_is_spent_on_the_job_managers_thread(tmp_path):
+    """native_gate.c's work=N: each hold request costs the job-manager's
+    thread at least N µs of CPU more (here 20 ms, far above the noise)."""
+    work_us, holds = 20000, 5
+    plugins = Plugins(str(tmp_path))
+    inst = plugins.instance("native", 4, {"synced": 1, "work": work_us})
+    inst.start()
+    try:
+        jobids = submit_waiting(inst.handle(), holds, spec_for("exception"))
+        broker = Broker(inst.handle())
+        before = broker.cpu()[0]
+        hold_one_by_one(inst, jobids)
+        assert broker.cpu()[0] - before >= holds * work_us * 1000
     finally:
         inst.stop()
         inst.cleanup()
