@@ -28,7 +28,8 @@
   under it too; ``read_eventlog`` answers
   :attr:`eventlogs` (``{id: [(timestamp, name, context)]}``, default
   empty) at once, or with :attr:`defer_eventlogs` set, once
-  :meth:`complete_eventlog` is called;
+  :meth:`complete_eventlog` is called, or ENOENT for the jobs in
+  :attr:`purged`;
 - ``restartable()`` answers :attr:`FakePort.restart`; ``abort_cleanup()``
   counts its calls in :attr:`FakePort.aborted`; ``cancel()`` records a
   ``("cancel", {"note": ...})`` and puts a running job in CLEANUP (fails
@@ -124,6 +125,8 @@ class FakePort:
         self.restart = True
         self.aborted = 0
         self.eventlogs = {}
+        #: Jobs whose eventlog is gone: reading it answers ENOENT.
+        self.purged = set()
         self.defer_eventlogs = False
         self.pending_eventlogs = []
         self.cleanup_step = True
@@ -402,7 +405,8 @@ class FakePort:
         order, then its key (text)."""
         from flux_epilog_gate.gate.holdlog import KEY, read_segments
 
-        parts = [t for _, t in read_segments(self)] + [self.kvs.get(KEY, "")]
+        segments, _ = read_segments(self)
+        parts = [t for _, t in segments] + [self.kvs.get(KEY, "")]
         return "".join(p.decode() if isinstance(p, bytes) else p for p in parts)
 
     def kvs_dir(self, key):
@@ -415,6 +419,9 @@ class FakePort:
     def read_eventlog(self, jobid, callback):
         if self.defer_eventlogs:
             self.pending_eventlogs.append((jobid, callback))
+            return
+        if jobid in self.purged:
+            callback(None, OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
             return
         callback(list(self.eventlogs.get(jobid, [])), None)
 

@@ -50,7 +50,7 @@ NEVER = [None, [], {}, [1], {"a": 1}]
 
 #: For each field, values it must refuse.
 BAD_FIELDS = {
-    "timestamp": [NAN, INF, -INF, "1", True, 10**400] + NEVER,
+    "timestamp": [NAN, INF, -INF, "1", True, 10**400, 1e308, -1.0, 2.6e11] + NEVER,
     "name": ["", "epilog-start", "epilog_gate.other", 1, True] + NEVER,
     "id": [0, -1, 2**64, True, False, 1.5, "12", 10**30] + NEVER,
     "description": [

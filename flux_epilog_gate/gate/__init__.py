@@ -212,7 +212,14 @@ class Gate:
             port, config, jobs, holdlog, lifecycle, self.points, annotations, self.stats
         )
         self.recovery = Recovery(
-            port, jobs, lifecycle, watchers, self.epilog, self.prolog, self.depend
+            port,
+            jobs,
+            lifecycle,
+            watchers,
+            self.losses,
+            self.epilog,
+            self.prolog,
+            self.depend,
         )
         self.reload = Reload(
             port,

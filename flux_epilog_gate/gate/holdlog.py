@@ -218,19 +218,29 @@ def segment_key(n):
 
 
 def read_segments(port):
-    """The segments of the log found in the KVS, in order, as a list of
-    ``(n, bytes)`` (empty if there are none).  Raises OSError if one
-    cannot be read, ValueError if :data:`SEGMENTS` holds a name that is
-    not a segment's (the gate writes no other)."""
+    """The segments of the log found in the KVS: ``(segments, left)``,
+    ``segments`` those read, in order, as ``(n, bytes)``; ``left`` what
+    was left out, as ``(key, why, records)``: a name the gate never
+    writes (``records`` False: it holds none of the log's records), or a
+    segment that could not be read (``records`` True).  Raises OSError
+    if :data:`SEGMENTS` cannot be listed (ENOTDIR: it is a value)."""
     names = port.kvs_dir(SEGMENTS)
     if names is None:
-        return []
-    numbers = []
+        return [], []
+    numbers, left = [], []
     for name in names:
-        if not (name.isdecimal() and name.isascii() and name[0] != "0"):
-            raise ValueError(f"{SEGMENTS}.{name} is not a segment of the log")
-        numbers.append(int(name))
-    return [(n, port.kvs_get(segment_key(n)) or b"") for n in sorted(numbers)]
+        if name.isdecimal() and name.isascii() and name[0] != "0":
+            numbers.append(int(name))
+        else:
+            why = "not a segment of the log (the gate writes no such name)"
+            left.append((f"{SEGMENTS}.{name}", why, False))
+    segments = []
+    for n in sorted(numbers):
+        try:
+            segments.append((n, port.kvs_get(segment_key(n)) or b""))
+        except OSError as exc:
+            left.append((segment_key(n), str(exc), True))
+    return segments, left
 
 
 def hold_entry(hold):
@@ -465,6 +475,8 @@ class HoldLog:
         # Bytes of the value as this gate wrote it (or read it at load),
         # and of the last snapshot.
         self.size = 0
+        # The value found does not end its last line (see found()).
+        self.ragged = False
         self.snapshot_size = 0
         # The next commit must replace the key: an append found no value.
         self.replace = False
@@ -551,8 +563,7 @@ class HoldLog:
             self.lines or self.snap or self.compacting
         ):
             return
-        self.sent, self.lines = self.lines, []
-        self.inflight, self.waiters = self.waiters, []
+        self._take_batch()
         if (
             self.snap is None
             and not self.replace
@@ -615,6 +626,11 @@ class HoldLog:
     def _take_batch(self):
         """The queued records and their callbacks go in the next commit."""
         self.sent, self.lines = self.lines, []
+        if self.ragged:
+            # An append would run into the value's last line (a blank
+            # line is no entry).
+            self.ragged = False
+            self.sent.insert(0, "\n")
         self.inflight, self.waiters = self.waiters, []
 
     def _found_key(self, rotation, treeobj, error):
@@ -992,12 +1008,15 @@ class HoldLog:
         self._answer(waiters, NotConfirmed())
         self._compacted(NotConfirmed())
 
-    def found(self, size, base, last):
+    def found(self, size, base, last, ragged=False):
         """The load found the log ``size`` bytes long, ``base`` of them
         in its first value, with segments up to ``last`` (0: none), or
         segments it could not read (``last`` is None): those are
-        replaced by a snapshot at the next commit."""
+        replaced by a snapshot at the next commit.  ``ragged``: the
+        value does not end its last line (it was written by another
+        hand); the next text sent ends it first."""
         self.size = size
+        self.ragged = ragged
         if last is None:
             self.segments_left = True
             self.size = max(size, MAX_BYTES)

@@ -21,6 +21,7 @@ Plain Python: the job-manager is reached through the gate's port
 :mod:`flux_epilog_gate.gate`).
 """
 
+import errno
 import syslog
 from collections import deque
 
@@ -33,31 +34,85 @@ from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
 SKIPPED_LOGGED = 20
 
 
+class LogRead:
+    """What :func:`read_log` found: ``jobs``, the log's entries by job
+    (see :func:`flux_epilog_gate.gate.logparse.parse`), None if its key
+    could not be read; ``complete``, False if some of its records could
+    not be read (then every job that may be at a point is recovered from
+    its eventlog too); ``size``, the bytes of its values (None if there
+    are none); ``base``, those of its first value (where the last
+    snapshot begins); ``last``, the number of its last segment (0: no
+    segment), None if its segments hold what the gate did not write or
+    could not read (the next commit is a snapshot, which removes them);
+    ``ragged``, True if its key's value does not end its last line (the
+    next commit is a snapshot, which replaces it)."""
+
+    def __init__(self, jobs, complete, size, base, last):
+        self.jobs = jobs
+        self.complete = complete
+        self.size = size
+        self.base = base
+        self.last = last
+        self.ragged = False
+
+
 def read_log(port):
-    """Read the hold log, :data:`KEY` and its segments: ``(jobs, size,
-    base, last)``, ``jobs`` its entries by job (see
-    :func:`flux_epilog_gate.gate.logparse.parse`), or None if the log
-    cannot be read (then every job that may be at its epilog point is
-    recovered from its eventlog); ``size`` the bytes of its values (None
-    if there are none), ``base`` those of its first value (where the
-    last snapshot begins); ``last`` the number of its last segment (0:
-    no segment), None if the segments could not be read.
-    Each line that is not an entry is logged, naming it.  Never raises."""
+    """Read the hold log, :data:`KEY` and its segments, as a
+    :class:`LogRead`.  Each line that is not an entry and each key that
+    is left out is logged, naming it.  Never raises."""
     try:
         data = port.kvs_get(KEY)
     except Exception as exc:  # noqa: BLE001 - the load must go on
         _unreadable(port, KEY, exc)
-        return None, 0, 0, _no_segments(port)
+        return LogRead(None, False, 0, 0, _no_segments(port))
+    key_data = data
     try:
-        segments = read_segments(port)
+        segments, left = read_segments(port)
     except Exception as exc:  # noqa: BLE001 - the load must go on
-        _unreadable(port, SEGMENTS, exc)
-        return None, len(data or b""), len(data or b""), None
+        segments, left = [], [(SEGMENTS, str(exc), _listing_lost(exc))]
+    complete = _report_left(port, left)
     base = len(segments[0][1] if segments else data or b"")
     if segments:
         # The segments are the older records: KEY has the newest.
         data = _joined([text for _, text in segments] + [data or b""])
     jobs, skipped = parse(data)
+    _report_skipped(port, skipped)
+    last = None if left else segments[-1][0] if segments else 0
+    size = None if data is None else len(data)
+    found = LogRead(jobs, complete, size, base, last)
+    # An append to a value that does not end its last line would run
+    # into it: such a value (written by another hand) is replaced.
+    found.ragged = bool(key_data) and not key_data.endswith(b"\n")
+    return found
+
+
+def _listing_lost(exc):
+    """Whether segments' records may be lost when :data:`SEGMENTS` cannot
+    be listed: not if it is a value (the gate writes none there)."""
+    return getattr(exc, "errno", None) != errno.ENOTDIR
+
+
+def _report_left(port, left):
+    """Log each key of the segments left out; return whether the log is
+    complete all the same (none of them may hold its records)."""
+    for key, why, records in left[:SKIPPED_LOGGED]:
+        if records:
+            port.log(
+                syslog.LOG_ERR,
+                f"reading {key}: {why}: the holds recorded only there are "
+                "not known; every job is recovered from its eventlog as well",
+            )
+        else:
+            port.log(syslog.LOG_WARNING, f"{key} is left out: {why}")
+    if len(left) > SKIPPED_LOGGED:
+        port.log(
+            syslog.LOG_ERR,
+            f"{len(left) - SKIPPED_LOGGED} more keys under {SEGMENTS} left out",
+        )
+    return not any(records for _, _, records in left)
+
+
+def _report_skipped(port, skipped):
     for bad in skipped[:SKIPPED_LOGGED]:
         port.log(syslog.LOG_ERR, f"{KEY}: skipped {bad}")
     if len(skipped) > SKIPPED_LOGGED:
@@ -66,8 +121,6 @@ def read_log(port):
             f"{KEY}: skipped {len(skipped) - SKIPPED_LOGGED} more lines "
             f"({len(skipped)} in all) that are not hold log entries",
         )
-    last = segments[-1][0] if segments else 0
-    return jobs, (None if data is None else len(data)), base, last
 
 
 def _unreadable(port, key, exc):
@@ -113,11 +166,18 @@ class Load:
         self.gate = None
         #: Entries of the hold log by job, or None if it could not be read.
         self.log = {}
+        #: Whether ``log`` has every record (else every job that may be
+        #: at a point is recovered from its eventlog as well).
+        self.complete = True
         self.log_size = 0
         self.log_base = self.log_last = 0
+        self.log_ragged = False
         if carried is None or self.partial or carried.jobs.recovering():
-            self.log, self.log_size, self.log_base, self.log_last = read_log(port)
-            self.log_size = self.log_size or 0
+            found = read_log(port)
+            self.log, self.complete = found.jobs, found.complete
+            self.log_size = found.size or 0
+            self.log_base, self.log_last = found.base, found.last
+            self.log_ragged = found.ragged
         # Jobs the job-manager sent job.new for (a carried gate forgets
         # the others: they went inactive while no plugin was loaded).
         self.seen = set()
@@ -139,7 +199,9 @@ class Load:
         else:
             self.gate = Gate(self.port)
             # The log as found: a large one is replaced by a snapshot.
-            self.gate.holdlog.found(self.log_size, self.log_base, self.log_last)
+            self.gate.holdlog.found(
+                self.log_size, self.log_base, self.log_last, self.log_ragged
+            )
         self.gate.reconfigure(config)
         return self.gate
 
@@ -160,8 +222,8 @@ class Load:
         # per such job.)  Such a hold's open action keeps the job by
         # itself, and a job the log does not name has no pending hold:
         # the gate posts nothing of its own to it while reading.
-        elif self.log is None or jobid in self.log or state in (DEPEND, CLEANUP):
-            named = self.log is None or jobid in self.log
+        elif not self.complete or jobid in self.log or state in (DEPEND, CLEANUP):
+            named = not self.complete or jobid in self.log
             self.gate.begin_recovery(jobid, userid, keep=named)
             self._recover(jobid)
 

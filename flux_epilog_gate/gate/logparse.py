@@ -9,7 +9,8 @@ one, saying why.  An entry is checked field by field against what the
 gate writes (see :func:`flux_epilog_gate.gate.holdlog.hold_entry`):
 
 ==========================  ==================================================
-``timestamp``               a finite number
+``timestamp``               a number of seconds since the epoch, from 0
+                            to :data:`TIMESTAMP_MAX` (the end of year 9999)
 ``name``                    one of the log's entry names
 ``context.id``              a job id: an integer from 1 to 2**64-1
 ``context.description``     a hold description (letters, digits, ``.``,
@@ -39,6 +40,9 @@ from .holds import (
 JOBID_MAX = 2**64 - 1
 STATUS_MIN = -(2**31)
 STATUS_MAX = 2**31 - 1
+#: The last second of year 9999 UTC: a later time (or one before the
+#: epoch) is no time the gate stamped, and a client cannot show it.
+TIMESTAMP_MAX = 253402300799.0
 
 #: Entry names the log may contain.
 ENTRY_NAMES = frozenset((HOLD_EVENT, CANCEL_EVENT, RELEASE_EVENT))
@@ -115,7 +119,7 @@ def parse_entry(line):
     entry = _json(text)
     if not isinstance(entry, dict):
         raise BadEntry("not a JSON object")
-    timestamp = _finite(entry.get("timestamp"), "timestamp")
+    timestamp = _timestamp(entry.get("timestamp"))
     name = entry.get("name")
     if not isinstance(name, str) or name not in ENTRY_NAMES:
         raise BadEntry("name is not one of " + ", ".join(sorted(ENTRY_NAMES)))
@@ -154,6 +158,13 @@ def _number(value, key):
         return float(value)
     except OverflowError:
         raise BadEntry(f"{key} is out of range") from None
+
+
+def _timestamp(value):
+    timestamp = _finite(value, "timestamp")
+    if not 0 <= timestamp <= TIMESTAMP_MAX:
+        raise BadEntry(f"timestamp {timestamp!r} is not a time of years 1970 to 9999")
+    return timestamp
 
 
 def _finite(value, key):

@@ -35,6 +35,10 @@ from .holds import (
 )
 from .states import INACTIVE
 
+#: Jobs the hold log names that have no eventlog, named one log line
+#: each at most, per load; the others are counted in one more line.
+UNKNOWN_LOGGED = 20
+
 #: What the log line says happened to a lost hold.
 WHY = (
     "the job went inactive before epilog-gate could post its epilog-start "
@@ -58,6 +62,11 @@ class Losses:
         self.jobs = jobs
         self.holdlog = holdlog
         self.stats = stats
+        # check_unseen's eventlog reads not answered yet, and the jobs
+        # with no eventlog met so far, of which the first UNKNOWN_LOGGED
+        # are named (a log of many purged jobs must not flood the log).
+        self._reading = 0
+        self._unknown = 0
 
     def inactive(self, job):
         """``job`` went inactive: report its pending epilog holds; return
@@ -77,30 +86,36 @@ class Losses:
         the job-manager reported active.  Read the eventlog of each other
         job that the log leaves with a pending epilog hold, and report the
         holds it lost."""
-        for jobid, entries in logged.items():
-            if jobid in seen:
-                continue
-            descriptions = pending_in_log(entries)
-            if descriptions:
-                self.port.read_eventlog(
-                    jobid,
-                    lambda events, error, jobid=jobid, d=descriptions: self.ended(
-                        jobid, d, events, error
-                    ),
-                )
+        unseen = [
+            (jobid, descriptions)
+            for jobid, entries in logged.items()
+            if jobid not in seen and (descriptions := pending_in_log(entries))
+        ]
+        # Counted before any is read: an answer may come at once.
+        self._reading += len(unseen)
+        for jobid, descriptions in unseen:
+            self.port.read_eventlog(
+                jobid,
+                lambda events, error, jobid=jobid, d=descriptions: self.ended(
+                    jobid, d, events, error
+                ),
+            )
 
     def ended(self, jobid, descriptions, events, error):
         """The eventlog of a job that the hold log names with pending epilog
         holds ``descriptions`` but that is not active: report the holds it
         lost."""
+        self._reading = max(self._reading - 1, 0)
+        try:
+            self._check_ended(jobid, descriptions, events, error)
+        finally:
+            if self._reading == 0:
+                self._count_unknown()
+
+    def _check_ended(self, jobid, descriptions, events, error):
         if error is not None:
             if getattr(error, "errno", None) == errno.ENOENT:
-                self.port.log(
-                    syslog.LOG_WARNING,
-                    f"job {f58(jobid)} is named in the hold log but has no "
-                    "eventlog (purged, or not replayed after a crash): what "
-                    f"became of its holds {', '.join(descriptions)} is not known",
-                )
+                self._unknown_job(jobid, descriptions)
             else:
                 self.port.log(
                     syslog.LOG_ERR,
@@ -128,11 +143,46 @@ class Losses:
             if description not in started:
                 self._lost(Hold(jobid, description, userid, self.port.now()))
 
-    def _lost(self, hold):
+    def _unknown_job(self, jobid, descriptions):
+        self._unknown += 1
+        if self._unknown > UNKNOWN_LOGGED:
+            return
+        self.port.log(
+            syslog.LOG_WARNING,
+            f"job {f58(jobid)} is named in the hold log but has no "
+            "eventlog (purged, or not replayed after a crash): what "
+            f"became of its holds {', '.join(descriptions)} is not known",
+        )
+
+    def _count_unknown(self):
+        """Every eventlog read has answered: say how many jobs with no
+        eventlog were not named."""
+        if self._unknown > UNKNOWN_LOGGED:
+            self.port.log(
+                syslog.LOG_WARNING,
+                f"{self._unknown - UNKNOWN_LOGGED} more jobs ({self._unknown} in "
+                "all) are named in the hold log but have no eventlog: what "
+                "became of their holds is not known",
+            )
+        self._unknown = 0
+
+    def beyond_limit(self, hold, limit):
+        """The hold log gives ``hold``'s job more than ``limit`` holds,
+        which no gate makes: ``hold``, past the limit, is dropped (the
+        job-manager counts at most 255 open prolog and epilog actions of
+        a job, every plugin's together, and fails the job's next step
+        past that), and reported lost."""
+        self._lost(
+            hold,
+            f"the hold log gives the job more than {limit} holds, the most "
+            "a job can have: it was dropped as the log was read",
+        )
+
+    def _lost(self, hold, why=WHY):
         self.stats["lost"] += 1
         self.port.log(
             syslog.LOG_ERR,
-            f"hold {hold.description} of job {f58(hold.id)} was lost: {WHY}",
+            f"hold {hold.description} of job {f58(hold.id)} was lost: {why}",
         )
         # Recorded, so that a later load does not report it again.
         self.holdlog.cancel(hold)

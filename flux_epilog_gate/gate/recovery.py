@@ -11,11 +11,13 @@ its clean, the prolog point its start.
 import syslog
 
 from ..jobid import f58
+from .config import MAX_HOLDS_LIMIT
 from .holds import (
     ACTIVE,
     CANCEL_EVENT,
     HOLD_EVENT,
     RELEASE_EVENT,
+    Hold,
     Reason,
 )
 from .jobs import JobRecovery
@@ -36,17 +38,19 @@ class Recovery:
     ``keeps`` are its own, the rest the points').  Calls the jobs, the hold points
     (each keeps the job while it is recovered, replays its own events
     and carries its holds on), the lifecycle (timers; finishing what a
-    crash left released; a job that went inactive), the watchers and
+    crash left released; a job that went inactive), the watchers, the
+    losses (a hold the log gives a job past the most it can have) and
     the port's ``job_info`` and ``log``.  Called by the loader, through
     the gate's ``begin_recovery``, ``end_recovery`` and
     ``abandon_recovery``.
     """
 
-    def __init__(self, port, jobs, lifecycle, watchers, epilog, prolog, depend):
+    def __init__(self, port, jobs, lifecycle, watchers, losses, epilog, prolog, depend):
         self.port = port
         self.jobs = jobs
         self.lifecycle = lifecycle
         self.watchers = watchers
+        self.losses = losses
         self.epilog = epilog
         self.prolog = prolog
         self.depend = depend
@@ -97,7 +101,11 @@ class Recovery:
         recovery = job.recovery
         epilog_posted, held_meanwhile = recovery.epilog, job.holds
         job.holds = {}
-        seen, unfinished = self._replay(job, events)
+        seen, unfinished, dropped = self._replay(job, events)
+        for timestamp, description in dropped:
+            if description not in job.holds:
+                hold = Hold(job.id, description, job.userid, timestamp)
+                self.losses.beyond_limit(hold, MAX_HOLDS_LIMIT)
         recovery.epilog = recovery.epilog or epilog_posted
         for description, hold in held_meanwhile.items():
             if description not in job.holds:
@@ -156,26 +164,39 @@ class Recovery:
 
     def _replay(self, job, events):
         """Replay a job's log entries and eventlog, merged in time order;
-        return the progress events seen, and the released holds whose
-        ``epilog-finish`` is missing, with their status."""
+        return the progress events seen, the released holds whose
+        ``epilog-finish`` is missing, with their status, and the holds
+        left out as past :data:`MAX_HOLDS_LIMIT` (``(timestamp,
+        description)``), as the gate that recorded them would have
+        refused them."""
         seen = set()
         # Released holds awaiting their epilog-finish, by description.
         released = {}
+        dropped = {}
         for timestamp, name, context in events:
             description = context.get("description")
             point = self._by_event.get(name)
             if point is not None:
                 point.replay(job, timestamp, name, context, released)
             elif name == HOLD_EVENT and description not in job.holds:
-                hold_from_entry(job, timestamp, context)
-            elif name == CANCEL_EVENT:
-                job.holds.pop(description, None)
-            elif name == RELEASE_EVENT and description in job.holds:
-                hold = job.holds.pop(description)
-                self.jobs.gone.add(job.id, description, Reason.RELEASED)
-                # A hold never started needs no end.
-                if hold.state == ACTIVE:
-                    released[description] = (hold, context.get("status", 0))
+                if len(job.holds) < MAX_HOLDS_LIMIT:
+                    hold_from_entry(job, timestamp, context)
+                else:
+                    dropped.setdefault(description, timestamp)
+            elif name in (CANCEL_EVENT, RELEASE_EVENT):
+                dropped.pop(description, None)
+                self._ended(job, name, description, context, released)
             if name in PROGRESS_EVENTS:
                 seen.add(name)
-        return seen, list(released.values())
+        dropped = [(t, description) for description, t in dropped.items()]
+        return seen, list(released.values()), dropped
+
+    def _ended(self, job, name, description, context, released):
+        """A cancel or release entry of the hold ``description``."""
+        hold = job.holds.pop(description, None)
+        if name == CANCEL_EVENT or hold is None:
+            return
+        self.jobs.gone.add(job.id, description, Reason.RELEASED)
+        # A hold never started needs no end.
+        if hold.state == ACTIVE:
+            released[description] = (hold, context.get("status", 0))

@@ -17,14 +17,17 @@ from hypothesis import strategies as st
 from logstrategies import bad_entries, hold_logs, junk_lines
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-from flux_epilog_gate.gate.config import Config
+from flux_epilog_gate.gate.config import MAX_HOLDS_LIMIT, Config
 from flux_epilog_gate.gate.holdlog import KEY, hold_entry
 from flux_epilog_gate.gate.holds import (
     ACTIVE,
+    CANCEL_EVENT,
     HOLD_EVENT,
     PENDING,
     RECOVERY_DESCRIPTION,
+    RELEASE_EVENT,
     Hold,
+    Reason,
 )
 from flux_epilog_gate.gate.loader import SKIPPED_LOGGED, Load
 from flux_epilog_gate.gate.logparse import EXCERPT_MAX, parse
@@ -438,3 +441,104 @@ def test_hold_entries_the_gate_writes_are_entries():
             )
         ]
     }
+
+
+# Holds past the most a job can have
+
+
+def _line(timestamp, name, jobid, description):
+    context = {"id": jobid, "description": description}
+    if name == RELEASE_EVENT:
+        context["status"] = 0
+    return json.dumps({"timestamp": timestamp, "name": name, "context": context})
+
+
+def test_holds_past_the_limit_are_dropped_and_each_reported_lost(port):
+    """No gate gives a job more than MAX_HOLDS_LIMIT holds (the
+    job-manager counts at most 255 open actions of a job): a log that
+    does is read up to the limit, in time order, and each hold past it
+    is reported lost, by name, and recorded as cancelled."""
+    extra = 5
+    port.kvs[KEY] = "\n".join(
+        _line(100.0 + i, HOLD_EVENT, 11, f"h{i:03}")
+        for i in range(MAX_HOLDS_LIMIT + extra)
+    )
+    loading, gate = load(port, jobs=(11,))
+    assert loading.ready
+    kept = set(gate.jobs[11].holds)
+    assert kept == {f"h{i:03}" for i in range(MAX_HOLDS_LIMIT)}
+    assert gate.stats["lost"] == extra
+    dropped = [f"h{i:03}" for i in range(MAX_HOLDS_LIMIT, MAX_HOLDS_LIMIT + extra)]
+    for description in dropped:
+        assert any(
+            f"hold {description} of job" in text and "more than" in text
+            for text in errors(port)
+        )
+        assert gate.jobs.gone.get(11, description) == Reason.LOST
+    # Recorded: the next load has nothing past the limit to report.
+    gate.holdlog.barrier(lambda error: None)
+    again = FakePort()
+    again.kvs = dict(port.kvs)
+    _, reloaded = load(again, jobs=(11,))
+    assert set(reloaded.jobs[11].holds) == kept
+    assert reloaded.stats["lost"] == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["hold", "release", "cancel"]), st.integers(0, 15)),
+        max_size=60,
+    ),
+    st.integers(min_value=1, max_value=6),
+)
+def test_a_log_is_read_as_a_gate_with_the_limit_would_have_kept_it(steps, limit):
+    """Model: the holds a job keeps, replaying its entries in time order
+    and refusing a new hold while it has ``limit``, are those a load
+    rebuilds (the limit made small to reach it)."""
+    from flux_epilog_gate.gate import recovery
+
+    names = {"hold": HOLD_EVENT, "release": RELEASE_EVENT, "cancel": CANCEL_EVENT}
+    live = set()
+    for kind, n in steps:
+        description = f"d{n}"
+        if kind == "hold" and description not in live and len(live) < limit:
+            live.add(description)
+        elif kind != "hold":
+            live.discard(description)
+    port = FakePort()
+    port.kvs[KEY] = "\n".join(
+        _line(100.0 + i, names[kind], 11, f"d{n}") for i, (kind, n) in enumerate(steps)
+    )
+    saved = recovery.MAX_HOLDS_LIMIT
+    recovery.MAX_HOLDS_LIMIT = limit
+    try:
+        _, gate = load(port, jobs=(11,))
+    finally:
+        recovery.MAX_HOLDS_LIMIT = saved
+    job = gate.jobs.get(11)
+    assert set(job.holds if job else ()) == live
+
+
+def test_a_log_value_without_a_last_newline_is_replaced_not_appended_to(port):
+    """A value written by another hand may not end its last line: the
+    next record must not run into it."""
+    port.kvs[KEY] = _line(100.0, HOLD_EVENT, 11, "written-by-hand")
+    _, gate = load(port, jobs=(11, 12))
+    gate.hold(12, "after-load", done=lambda hold, error: None)
+    again = FakePort()
+    again.kvs = dict(port.kvs)
+    _, reloaded = load(again, jobs=(11, 12))
+    assert set(holds_of(reloaded)) == {(11, "written-by-hand"), (12, "after-load")}
+    assert not errors(again)
+
+
+def test_jobs_the_log_names_with_no_eventlog_are_named_twenty_then_counted(port):
+    purged = range(101, 126)
+    port.kvs[KEY] = "".join(entry(j, "bb") + "\n" for j in purged)
+    port.purged.update(purged)
+    load(port, jobs=())
+    warned = [text for level, text in port.logs if level == syslog.LOG_WARNING]
+    named = [text for text in warned if "is named in the hold log" in text]
+    assert len(named) == 20
+    assert [text for text in warned if "5 more jobs (25 in all)" in text]

@@ -217,27 +217,75 @@ def test_segments_ten_and_up_come_after_nine(port):
     assert gate.holdlog.segment == 10
 
 
+def _entry(timestamp, jobid, description):
+    return (
+        f'{{"timestamp":{timestamp},"name":"epilog_gate.hold",'
+        f'"context":{{"id":{jobid},"description":"{description}"}}}}\n'
+    )
+
+
+def warnings(port):
+    return [text for level, text in port.logs if level == syslog.LOG_WARNING]
+
+
 @pytest.mark.parametrize(
-    "shape",
-    ["a name that is no number", "a leading zero", "a value", "a segment dir"],
+    "shape", ["a name that is no number", "a leading zero", "a value"]
 )
-def test_segments_that_cannot_be_read_recover_from_eventlogs(port, shape):
-    port.kvs[KEY] = ""
+def test_keys_the_gate_never_writes_are_left_out_and_every_hold_survives(port, shape):
+    """What the gate never writes under SEGMENTS holds none of its
+    records: the log is read all the same, the keys are named, and the
+    next commit's snapshot removes them."""
+    port.kvs[segment_key(1)] = _entry(100.0, 11, "in-a-segment")
+    port.kvs[KEY] = _entry(101.0, 12, "in-the-key")
     if shape == "a value":
+        port.kvs = {k: v for k, v in port.kvs.items() if k != segment_key(1)}
+        port.kvs[KEY] = _entry(100.0, 11, "in-a-segment") + port.kvs[KEY]
         port.kvs[SEGMENTS] = "junk"
-    elif shape == "a segment dir":
-        port.kvs[segment_key(1) + ".inner"] = "junk"
+        named = SEGMENTS
     else:
-        name = "x1" if shape == "a name that is no number" else "01"
-        port.kvs[f"{SEGMENTS}.{name}.log"] = "junk"
+        name = "README" if shape == "a name that is no number" else "01"
+        port.kvs[f"{SEGMENTS}.{name}"] = "do not touch"
+        named = f"{SEGMENTS}.{name}"
     port.add_job(11, SCHED, USER)
+    port.add_job(12, SCHED, USER)
+    port.add_job(13, SCHED, USER)
     loading, gate = load(port)
-    assert loading.ready and loading.log is None
-    assert any(f"reading {SEGMENTS}" in text for text in errors(port))
-    # The next commit is a snapshot that removes them.
-    hold(port, gate, 11)
+    assert loading.ready and loading.complete
+    assert gate_holds(gate) == {(11, "in-a-segment"), (12, "in-the-key")}
+    assert any(named in text and "left out" in text for text in warnings(port))
+    assert not errors(port)
+    hold(port, gate, 13)
     assert port.kvs_dir(SEGMENTS) is None
-    assert replayed(port.kvs[KEY]) == {(11, "bb")}
+    assert replayed(port.kvs[KEY]) == {
+        (11, "in-a-segment"),
+        (12, "in-the-key"),
+        (13, "bb"),
+    }
+
+
+def test_a_segment_that_cannot_be_read_is_named_and_the_rest_is_read(port):
+    """Segment 2 is a directory: segment 1 and the key are read, and every
+    job is recovered from its eventlog as well (the holds recorded only
+    in segment 2 are not known)."""
+    port.kvs[segment_key(1)] = _entry(100.0, 11, "in-segment-1")
+    port.kvs[segment_key(2) + ".inner"] = "junk"
+    port.kvs[KEY] = _entry(102.0, 12, "in-the-key")
+    for jobid in (11, 12, 13):
+        port.add_job(jobid, SCHED, USER)
+    loading, gate = load(port)
+    assert loading.ready and not loading.complete
+    assert gate_holds(gate) == {(11, "in-segment-1"), (12, "in-the-key")}
+    assert any(
+        f"reading {segment_key(2)}" in text and "recovered from its eventlog" in text
+        for text in errors(port)
+    )
+    hold(port, gate, 13)
+    assert port.kvs_dir(SEGMENTS) is None
+    assert replayed(port.kvs[KEY]) == {
+        (11, "in-segment-1"),
+        (12, "in-the-key"),
+        (13, "bb"),
+    }
 
 
 def test_a_log_key_that_cannot_be_read_with_segments_is_replaced(port):
@@ -291,6 +339,36 @@ def test_a_log_in_segments_loads_as_the_same_log_in_one_key(log, cuts, numbers):
     _, expected = load(whole)
     loading, gate = load(split)
     assert loading.ready
+    assert gate_holds(gate) == gate_holds(expected)
+
+
+@SETTINGS
+@given(
+    hold_logs(JOBS),
+    st.lists(
+        st.text(min_size=1, max_size=12).filter(lambda n: "." not in n),
+        min_size=1,
+        max_size=4,
+    ),
+    st.binary(max_size=100),
+)
+def test_names_beside_the_segments_never_cost_the_log_a_hold(log, names, junk):
+    """Whatever else is under SEGMENTS (names that are no segment's), the
+    log loads as it would without it."""
+    data, _ = log
+    clean = FakePort()
+    clean.kvs[KEY] = data
+    strayed = FakePort()
+    strayed.kvs[KEY] = data
+    for name in names:
+        if not (name.isdecimal() and name.isascii() and name[0] != "0"):
+            strayed.kvs[f"{SEGMENTS}.{name}"] = junk
+    for port in (clean, strayed):
+        for jobid in JOBS:
+            port.add_job(jobid, SCHED, USER)
+    _, expected = load(clean)
+    loading, gate = load(strayed)
+    assert loading.ready and loading.complete
     assert gate_holds(gate) == gate_holds(expected)
 
 
