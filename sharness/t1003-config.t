@@ -103,5 +103,31 @@ test_expect_success 'cleanup: release the remaining hold' '
 	flux-epilog-gate release $jobid bb-teardown &&
 	wait_event $jobid clean
 '
+test_expect_success 'an instance whose table is bad starts, the gate loaded with defaults' '
+	mkdir -p badconf &&
+	cat >badconf/gate.toml <<-EOF &&
+	[job-manager]
+	plugins = [ { load = "$(flux-epilog-gate path)" } ]
+	[epilog-gate]
+	timeout = "10 minutes"
+	EOF
+	flux start --config-path=badconf \
+		sh -c "flux jobtap query epilog-gate.so; flux dmesg" >badstart.out &&
+	test_debug "cat badstart.out" &&
+	grep "\"config_error\": *\"timeout: .10 minutes." badstart.out &&
+	grep "job-manager.err.*epilog-gate: timeout: .10 minutes.*defaults" badstart.out
+'
+test_expect_success 'a table value a load option overrides is checked all the same' '
+	flux jobtap remove epilog-gate.so &&
+	gate_config </dev/null &&
+	flux config reload &&
+	gate_load max-holds=10 &&
+	gate_config <<-EOF &&
+	max-holds = 0
+	EOF
+	test_must_fail flux config reload 2>shadow.err &&
+	test_debug "cat shadow.err" &&
+	grep "epilog-gate: max-holds: 0 is not between 1 and 200 (in \[epilog-gate\]" shadow.err
+'
 
 test_done

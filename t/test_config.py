@@ -301,3 +301,97 @@ def test_more_rules_than_max_holds_fail_reload_and_keep_the_rules(ruled):
     config = query(ruled)["config"]
     assert [r["description"] for r in config["rules"]] == ["bb"]
     assert config["max-holds"] == 64
+
+
+# A bad [epilog-gate] table while the instance starts
+
+
+BAD_TABLE = '[epilog-gate]\ntimeout = "10 minutes"\n'
+
+
+def error_lines(inst, text):
+    """The broker's log lines at level error that contain ``text``."""
+    lines = inst.flux("dmesg").stdout.splitlines()
+    return [line for line in lines if ".err[" in line and text in line]
+
+
+def test_instance_with_a_bad_table_starts_with_the_gate_loaded_with_defaults(
+    new_instance,
+):
+    """Loaded from [job-manager] plugins, a refused table used to stop
+    the job-manager, and rc1 with it: the instance did not start."""
+    inst = new_instance(config=BAD_TABLE)
+    assert "epilog-gate.so" in inst.flux("jobtap", "list").stdout.split()
+    answer = query(inst)
+    assert answer["config"]["timeout"] is None
+    assert answer["config_error"].startswith("timeout: '10 minutes' is not")
+    assert "defaults" in answer["config_error"]
+    logged = error_lines(inst, "timeout: '10 minutes'")
+    assert len(logged) == 1 and "defaults" in logged[0]
+
+
+def test_holds_recorded_before_a_restart_survive_a_restart_with_a_bad_table(
+    new_instance,
+):
+    inst = new_instance()
+    jobid = held_in_cleanup(inst, "bb", "umount")
+    inst.stop()
+    inst.config = BAD_TABLE
+    inst.start()
+    assert query(inst)["config_error"] is not None
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    assert [(h["description"], h["state"]) for h in gate.list(jobid)] == [
+        ("bb", "active"),
+        ("umount", "active"),
+    ]
+    gate.release(jobid, "bb")
+    gate.release(jobid, "umount")
+    wait_event(handle, jobid, "clean")
+
+
+def test_reload_of_a_fixed_table_ends_the_config_error(new_instance):
+    inst = new_instance(config=BAD_TABLE)
+    assert reload_config(inst, "[epilog-gate]\ntimeout = '10m'\n").returncode == 0
+    answer = query(inst)
+    assert (answer["config"]["timeout"], answer["config_error"]) == (600.0, None)
+
+
+def test_reload_of_another_bad_table_after_a_bad_start_is_refused(new_instance):
+    inst = new_instance(config=BAD_TABLE)
+    result = reload_config(inst, "[epilog-gate]\nmax-holds = 0\n")
+    assert result.returncode != 0 and "max-holds: 0" in result.stderr
+    assert query(inst)["config"]["max-holds"] == 64
+
+
+def test_explicit_load_of_a_running_instance_refuses_a_bad_table(new_instance, plugin):
+    """An admin's flux jobtap load sees the error: nothing is loaded."""
+    inst = new_instance(plugin=None, config=BAD_TABLE)
+    result = inst.flux("jobtap", "load", plugin, check=False)
+    assert result.returncode != 0
+    assert "timeout: '10 minutes'" in result.stderr
+    assert "epilog-gate.so" not in inst.flux("jobtap", "list").stdout.split()
+
+
+# The table is checked whole when a load option overrides a key
+
+
+def test_config_load_refuses_a_bad_value_of_a_key_a_load_option_overrides(
+    new_instance, plugin
+):
+    """It used to be accepted, and to fail the next load without the
+    option."""
+    inst = new_instance(plugin=None)
+    inst.flux("jobtap", "load", plugin, "max-holds=10", "timeout=1h")
+    result = reload_config(inst, '[epilog-gate]\nmax-holds = 0\ntimeout = "abc"\n')
+    assert result.returncode != 0
+    assert "max-holds: 0 is not between 1 and 200" in result.stderr
+    assert "[epilog-gate]" in result.stderr
+    assert inst.flux("config", "get", "epilog-gate", check=False).returncode != 0
+    inst.flux("jobtap", "remove", "epilog-gate.so")
+    inst.flux("jobtap", "load", plugin)
+
+
+def test_query_shows_snapshot_chunk_and_debug_fault_when_not_set(instance):
+    config = query(instance)["config"]
+    assert (config["snapshot-chunk"], config["debug-fault"]) == (131072, None)

@@ -16,6 +16,7 @@ from flux_epilog_gate.gate.config import (
     ConfigError,
     Rule,
     parse_duration,
+    shown,
 )
 
 # Durations
@@ -32,8 +33,9 @@ from flux_epilog_gate.gate.config import (
         ("1.5h", 5400.0),
         ("500ms", 0.5),
         ("2d", 172800.0),
-        (" 10m ", 600.0),
         ("0.25", 0.25),
+        ("1e3", 1000.0),
+        (".5m", 30.0),
     ],
 )
 def test_duration_is_read_in_seconds(value, seconds):
@@ -46,7 +48,8 @@ def test_duration_is_a_float():
 
 @pytest.mark.parametrize(
     "value",
-    [0, 0.0, -1, "0", "-5m", "0ms", "", "m", "ms", "abc", "10x", "10 minutes"],
+    [0, 0.0, -1, "0", "-5m", "0ms", "", "m", "ms", "abc", "10x", "10 minutes"]
+    + [" 10m ", "10 m", "٣", "1_000", "0x10", "+5"],
 )
 def test_duration_not_greater_than_zero_or_unreadable_is_refused(value):
     with pytest.raises(ConfigError):
@@ -94,6 +97,8 @@ def test_no_configuration_gives_the_defaults():
         "shutdown-action": "auto",
         "watch-backlog": 10000,
         "max-pending": 10000,
+        "snapshot-chunk": 131072,
+        "debug-fault": None,
     }
 
 
@@ -265,7 +270,7 @@ def test_annotate_accepts_booleans_and_words():
 
 @pytest.mark.parametrize(
     "text",
-    ["30", "2.5", "90s", "10m", "1.5h", "500ms", "2d", "1e3", "0.001s", "10 m"],
+    ["30", "2.5", "90s", "10m", "1.5h", "500ms", "2d", "1e3", "0.001s"],
 )
 def test_duration_agrees_with_flux_parse_fsd(text):
     from flux.util import parse_fsd
@@ -479,7 +484,7 @@ def test_rules_are_accepted_exactly_when_they_fit_max_holds(count, max_holds):
 # snapshot-chunk (the hold log's snapshots in parts)
 
 
-def test_snapshot_chunk_is_read_as_an_integer_and_shown_when_set():
+def test_snapshot_chunk_is_read_as_an_integer_and_shown():
     config = Config.from_sources({"snapshot-chunk": "4096"})
     assert config.snapshot_chunk == 4096
     assert config.to_dict()["snapshot-chunk"] == 4096
@@ -490,7 +495,6 @@ def test_snapshot_chunk_defaults_to_the_hold_logs():
     from flux_epilog_gate.gate.holdlog import CHUNK_BYTES
 
     assert Config().snapshot_chunk == CHUNK_BYTES
-    assert "snapshot-chunk" not in Config().to_dict()
 
 
 @pytest.mark.parametrize("value", [0, 1023, 2**30 + 1, -5, "big", 1.5, True])
@@ -505,3 +509,181 @@ def test_snapshot_chunk_reaches_the_hold_log(port):
     gate = Gate(port)
     gate.reconfigure(Config.from_sources({"snapshot-chunk": 2048}))
     assert gate.holdlog.chunk == 2048
+
+
+# Exact forms only: counts, switches and durations
+
+
+#: Each count key and its range.
+COUNTS = {
+    "max-holds": (1, MAX_HOLDS_LIMIT),
+    "gone-limit": (0, 10_000_000),
+    "watch-backlog": (1, 10_000_000),
+    "max-pending": (1, 10_000_000),
+    "snapshot-chunk": (1024, 2**30),
+}
+
+#: Text close to what a count or a duration accepts: ASCII and other
+#: scripts' digits, spaces, signs, separators, units and words.
+_near_text = st.lists(
+    st.sampled_from(list("0123456789 \t\n+-_.eExmshd٣７²") + ["inf", "nan"]),
+    max_size=8,
+).map("".join)
+
+#: Any JSON value a table or an option may carry.
+_any_value = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**40), 2**40),
+    st.floats(allow_nan=True),
+    _near_text,
+    st.text(max_size=6),
+    st.lists(st.integers(0, 9), max_size=2),
+)
+
+
+def _refused_naming(key, source):
+    with pytest.raises(ConfigError) as info:
+        Config.from_sources(*source)
+    assert str(info.value).startswith(f"{key}: "), str(info.value)
+    return str(info.value)
+
+
+@pytest.mark.parametrize("key", COUNTS)
+@given(value=_any_value)
+def test_table_count_is_accepted_only_as_an_integer_in_range(key, value):
+    """The [epilog-gate] table is TOML: a count is a TOML integer, never
+    text (``"٣"``, ``" 7 "``, ``"7"``), a float or a boolean."""
+    low, high = COUNTS[key]
+    exact = type(value) is int and low <= value <= high
+    if exact:
+        config = Config.from_sources(None, {key: value}).to_dict()
+        assert config[key] == value
+        # What the query shows reads back as the same value.
+        assert Config.from_sources(None, {key: config[key]}).to_dict()[key] == value
+    else:
+        message = _refused_naming(key, (None, {key: value}))
+        assert shown(value) in message
+
+
+@pytest.mark.parametrize("key", COUNTS)
+@given(value=_any_value)
+def test_option_count_is_accepted_only_as_an_integer_or_ascii_digits(key, value):
+    """A load option given as KEY=VALUE text may also be ASCII decimal
+    digits, and nothing else: no spaces, signs, or other scripts'
+    digits."""
+    low, high = COUNTS[key]
+    digits = isinstance(value, str) and re.fullmatch("[0-9]+", value)
+    number = int(value) if digits else value
+    if type(number) is int and low <= number <= high:
+        assert Config.from_sources({key: value}).to_dict()[key] == number
+    else:
+        _refused_naming(key, ({key: value},))
+
+
+@given(value=_any_value)
+def test_annotate_is_true_or_false_and_as_an_option_also_those_words(value):
+    """``annotate = 1`` is no switch (nor ``0``, ``"yes"``, ``"1"``)."""
+    if isinstance(value, bool):
+        assert Config.from_sources(None, {"annotate": value}).annotate is value
+    else:
+        _refused_naming("annotate", (None, {"annotate": value}))
+    if isinstance(value, bool) or value in ("true", "false"):
+        expected = value if isinstance(value, bool) else value == "true"
+        assert Config.from_sources({"annotate": value}).annotate is expected
+    else:
+        _refused_naming("annotate", ({"annotate": value},))
+
+
+#: The exact form of a duration's text (RFC 23 with ASCII digits).
+_EXACT_DURATION = re.compile(
+    r"-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?(?:ms|s|m|h|d)?"
+)
+
+
+@pytest.mark.parametrize("key", ["timeout", "shutdown-timeout"])
+@given(text=_near_text)
+def test_duration_text_is_accepted_only_in_its_exact_form(key, text):
+    """Other scripts' digits, ``_``, spaces (``" 10m "``, ``"10 m"``)
+    are refused, naming the key and the value; an accepted duration
+    reads back as the same number of seconds."""
+    seconds = None
+    if _EXACT_DURATION.fullmatch(text):
+        match = re.fullmatch(r"(.*?)(ms|s|m|h|d)?", text)
+        unit = {"ms": 0.001, "m": 60, "h": 3600, "d": 86400}.get(match[2], 1)
+        seconds = float(match[1]) * unit
+    if seconds is not None and 0 < seconds < float("inf"):
+        config = Config.from_sources(None, {key: text}).to_dict()
+        assert config[key] == pytest.approx(seconds)
+        assert Config.from_sources(None, {key: config[key]}).to_dict() == config
+    else:
+        message = _refused_naming(key, (None, {key: text}))
+        assert shown(text) in message
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        ("max-holds", "٣"),
+        ("gone-limit", "  7 "),
+        ("max-holds", "7"),
+        ("max-pending", "1_000"),
+        ("snapshot-chunk", "２０４８"),
+        ("annotate", 1),
+        ("annotate", 0),
+        ("annotate", "1"),
+        ("timeout", " 10m "),
+        ("timeout", "10 m"),
+        ("timeout", "٣m"),
+        ("timeout", "1_0s"),
+        ("shutdown-action", ["keep"]),
+    ],
+)
+def test_loose_table_value_is_refused_naming_key_and_value(key, value):
+    message = _refused_naming(key, (None, {key: value}))
+    assert shown(value) in message
+
+
+@pytest.mark.parametrize(
+    "key, value", [("max-holds", "٣"), ("gone-limit", " 7"), ("annotate", 1)]
+)
+def test_loose_option_value_is_refused_naming_key_and_value(key, value):
+    message = _refused_naming(key, ({key: value},))
+    assert shown(value) in message
+
+
+def test_count_of_many_digits_is_refused_as_out_of_range():
+    _refused_naming("max-pending", ({"max-pending": "9" * 5000},))
+
+
+# The table is checked whole, also where a load option overrides it
+
+
+@pytest.mark.parametrize(
+    "options, table, key",
+    [
+        ({"max-holds": 10}, {"max-holds": 0}, "max-holds"),
+        ({"timeout": "1h"}, {"timeout": "abc"}, "timeout"),
+        ({"annotate": True}, {"annotate": 1}, "annotate"),
+    ],
+)
+def test_bad_table_value_is_refused_even_when_an_option_overrides_it(
+    options, table, key
+):
+    message = _refused_naming(key, (options, table))
+    assert "[epilog-gate]" in message
+
+
+def test_table_rules_must_fit_the_tables_own_max_holds_whatever_the_option():
+    table = {"max-holds": 1, "rules": _rules(2)}
+    with pytest.raises(ConfigError, match="^rules: 2 rules but max-holds is 1"):
+        Config.from_sources({"max-holds": 5}, table)
+
+
+def test_table_rules_may_rely_on_the_max_holds_option():
+    config = Config.from_sources({"max-holds": 70}, {"rules": _rules(65)})
+    assert len(config.rules) == 65
+
+
+def test_query_shows_every_key_with_its_effective_value():
+    assert set(Config().to_dict()) == set(KEYS)

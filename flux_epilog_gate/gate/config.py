@@ -3,28 +3,25 @@ table of the instance config.
 
 Options given to ``flux jobtap load`` (or in the ``conf`` table of a
 ``[job-manager] plugins`` entry) take precedence over the ``[epilog-gate]``
-table, which ``flux config reload`` re-reads.
+table, which ``flux config reload`` re-reads.  Every value of the table is
+checked all the same, also one an option overrides: a bad value fails
+the reload that brings it, not a later load without that option.
+
+Values are taken only in their exact form: a count is an integer, a
+switch ``true`` or ``false``, a duration a number or an ASCII decimal
+with an optional unit.  A load option given on the command line
+(``KEY=VALUE``) reaches the plugin as JSON if it reads as JSON, else as
+text: there a count may also be ASCII decimal digits and a switch the
+words ``true`` or ``false``.
 """
 
+import json
 import math
 import re
 
 from .holdlog import CHUNK_BYTES
 from .holds import EPILOG, POINTS, description_error
 
-KEYS = (
-    "timeout",
-    "max-holds",
-    "gone-limit",
-    "annotate",
-    "rules",
-    "shutdown-timeout",
-    "shutdown-action",
-    "watch-backlog",
-    "max-pending",
-    "snapshot-chunk",
-    "debug-fault",
-)
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
@@ -70,27 +67,52 @@ SNAPSHOT_CHUNK_MIN = 1024
 SNAPSHOT_CHUNK_MAX = 2**30
 
 
+#: Where a value comes from (see :meth:`Config.from_sources`).
+TABLE = "[epilog-gate]"
+OPTION = "option"
+
+
 class ConfigError(ValueError):
     """Bad configuration; the message names the key."""
+
+
+def shown(value):
+    """``value`` as a message shows it: text quoted, anything else as
+    JSON or TOML write it (``true``, not Python's ``True``), cut short if
+    long."""
+    try:
+        if isinstance(value, str):
+            text = repr(value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            text = str(value)  # as TOML writes them: nan, inf
+        else:
+            text = json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        # An integer of more digits than Python converts to text.
+        text = f"a {type(value).__name__} too large to show"
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def parse_duration(value, key="timeout"):
     """Return seconds (> 0) from a number or a Flux Standard Duration
     (RFC 23: a number with an optional unit ``ms``, ``s``, ``m``, ``h``
-    or ``d``, as ``flux.util.parse_fsd`` reads it) such as ``"90s"``,
-    ``"10m"``, ``"1.5h"``."""
+    or ``d``) such as ``"90s"``, ``"10m"``, ``"1.5h"``.  Its text is
+    ASCII digits with no spaces: ``flux.util.parse_fsd``, which reads
+    the number with Python's float(), also takes ``"10 m"``, ``"1_0"``
+    and other scripts' digits, which flux-core's C reader refuses."""
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        raise ConfigError(f"{key}: expected a duration such as 30 or 10m")
-    shown = repr(value) if isinstance(value, str) else str(value)
+        raise ConfigError(
+            f"{key}: expected a duration such as 30 or 10m, got {shown(value)}"
+        )
     seconds = _fsd_seconds(value) if isinstance(value, str) else as_seconds(value)
     if seconds is None:
         raise ConfigError(
-            f"{key}: {shown} is not a duration (seconds, or a number with a "
-            "unit: 500ms, 90s, 10m, 1.5h, 2d)"
+            f"{key}: {shown(value)} is not a duration (seconds, or a number "
+            "with a unit and no spaces: 500ms, 90s, 10m, 1.5h, 2d)"
         )
     problem = duration_problem(seconds)
     if problem:
-        raise ConfigError(f"{key}: {shown} {problem}")
+        raise ConfigError(f"{key}: {shown(value)} {problem}")
     return seconds
 
 
@@ -105,17 +127,27 @@ def duration_problem(seconds):
     return None
 
 
-_FSD = re.compile(r"(.*?)(s|m|h|d|ms)$")
+#: A duration's text: a decimal number in ASCII digits (a sign only so
+#: that a negative one is refused as such), then an optional unit.
+#: Python's float() alone would also read other scripts' digits, ``_``
+#: and surrounding spaces.
+_FSD = re.compile(
+    r"(-?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?)(ms|s|m|h|d)?"
+)
+#: Texts float() reads as infinity or NaN: refused, saying which.
+_NOT_FINITE = re.compile(r"[-+]?(?:inf|infinity|nan)", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def _fsd_seconds(text):
-    match = _FSD.match(text.strip())
-    number, unit = match.groups() if match else (text, "s")
-    try:
-        return float(number) * _UNITS[unit]
-    except ValueError:
-        return None
+    """Seconds of a duration's text, or None if it is not one."""
+    match = _FSD.fullmatch(text)
+    if match:
+        number, unit = match.groups()
+        return float(number) * _UNITS[unit or "s"]
+    if _NOT_FINITE.fullmatch(text):
+        return float(text)
+    return None
 
 
 def as_seconds(value):
@@ -127,13 +159,23 @@ def as_seconds(value):
         return math.inf
 
 
-def _parse_count(value, key, low, high):
-    if isinstance(value, str) and value.strip().isdigit():
-        value = int(value)
+#: A count given as text (a load option only): ASCII decimal digits.
+#: str.isdigit() would also take other scripts' digits, and int() spaces.
+_DIGITS = re.compile(r"[0-9]+")
+
+
+def _parse_count(value, key, low, high, origin=TABLE):
+    """An integer from ``low`` to ``high``: a TOML (or JSON) integer, or,
+    as a load option, its ASCII decimal digits."""
+    if origin == OPTION and isinstance(value, str) and _DIGITS.fullmatch(value):
+        digits = value.lstrip("0") or "0"
+        # Past 20 digits it is out of range anyway (and int() refuses
+        # some 4300).
+        value = int(digits) if len(digits) <= 20 else high + 1
     if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key}: expected an integer")
+        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if not low <= value <= high:
-        raise ConfigError(f"{key}: {value} is not between {low} and {high}")
+        raise ConfigError(f"{key}: {shown(value)} is not between {low} and {high}")
     return value
 
 
@@ -236,22 +278,98 @@ def _parse_rules(value):
     return rules
 
 
-def _parse_bool(value, key):
+def _parse_bool(value, key, origin=TABLE):
+    """``true`` or ``false``: a boolean, or, as a load option, one of
+    those words (never a number: ``1`` is not a switch)."""
     if isinstance(value, bool):
         return value
-    if value in ("true", "1", 1):
-        return True
-    if value in ("false", "0", 0):
-        return False
-    raise ConfigError(f"{key}: expected true or false")
+    if origin == OPTION and isinstance(value, str) and value in ("true", "false"):
+        return value == "true"
+    raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
 
 
-def _parse_choice(value, key, choices):
-    if value not in choices:
+def _choice(choices):
+    """A parser of one of ``choices``."""
+
+    def parse(value, key, origin):
+        if not isinstance(value, str) or value not in choices:
+            raise ConfigError(
+                f"{key}: {shown(value)} is not one of {', '.join(map(repr, choices))}"
+            )
+        return value
+
+    return parse
+
+
+def _count(low, high):
+    """A parser of integers from ``low`` to ``high``."""
+    return lambda value, key, origin: _parse_count(value, key, low, high, origin)
+
+
+def _duration(value, key, origin):
+    return parse_duration(value, key)
+
+
+def _rules(value, key, origin):
+    return _parse_rules(value)
+
+
+#: Each key: the Config attribute it sets, and its parser
+#: ``parse(value, key, origin)``.
+_PARSERS = {
+    "timeout": ("timeout", _duration),
+    "max-holds": ("max_holds", _count(1, MAX_HOLDS_LIMIT)),
+    "gone-limit": ("gone_limit", _count(0, MAX_BOUND)),
+    "annotate": ("annotate", _parse_bool),
+    "rules": ("rules", _rules),
+    "shutdown-timeout": ("shutdown_timeout", _duration),
+    "shutdown-action": ("shutdown_action", _choice(SHUTDOWN_ACTIONS)),
+    "watch-backlog": ("watch_backlog", _count(1, MAX_BOUND)),
+    "max-pending": ("max_pending", _count(1, MAX_BOUND)),
+    "snapshot-chunk": (
+        "snapshot_chunk",
+        _count(SNAPSHOT_CHUNK_MIN, SNAPSHOT_CHUNK_MAX),
+    ),
+    "debug-fault": ("fault", _choice(FAULTS)),
+}
+KEYS = tuple(_PARSERS)
+
+
+def _read_source(source, origin, overridden=()):
+    """The Config attributes a source sets (``origin``: TABLE or OPTION),
+    each value checked; raise ConfigError naming the first bad key.  A
+    bad table value of a key in ``overridden`` (given as a load option
+    too) is refused all the same: the table must stand on its own."""
+    if source is None:
+        return {}
+    if not isinstance(source, dict):
+        raise ConfigError(f"{origin}: expected a table of keys")
+    values = {}
+    for key, value in source.items():
+        if key not in _PARSERS:
+            raise ConfigError(f"{key}: unknown {origin} key (known: {', '.join(KEYS)})")
+        attribute, parse = _PARSERS[key]
+        try:
+            values[attribute] = parse(value, key, origin)
+        except ConfigError as exc:
+            if key in overridden:
+                raise ConfigError(
+                    f"{exc} (in {TABLE}: a load option overrides it, but the "
+                    "table is checked whole)"
+                ) from None
+            raise
+    return values
+
+
+def _check_rules_fit(rules, max_holds):
+    # A job can carry every attribute the rules name, so each rule
+    # beyond max-holds would be refused (and logged) on such a job.
+    if len(rules) > max_holds:
         raise ConfigError(
-            f"{key}: {value!r} is not one of {', '.join(map(repr, choices))}"
+            f"rules: {len(rules)} rules but max-holds is "
+            f"{max_holds}: a job that matches them all could not "
+            "hold them (raise max-holds or drop rules)"
         )
-    return value
 
 
 class Config:
@@ -286,76 +404,18 @@ class Config:
     @classmethod
     def from_sources(cls, options=None, table=None):
         """Build a Config from load ``options`` over the ``[epilog-gate]``
-        ``table``; raise ConfigError naming the first bad key."""
-        merged = {}
-        for origin, source in (("[epilog-gate]", table), ("option", options)):
-            if source is None:
-                continue
-            if not isinstance(source, dict):
-                raise ConfigError(f"{origin}: expected a table of keys")
-            for key, value in source.items():
-                if key not in KEYS:
-                    raise ConfigError(
-                        f"{key}: unknown {origin} key (known: {', '.join(KEYS)})"
-                    )
-                merged[key] = value
-        config = cls()
-        if "timeout" in merged:
-            config.timeout = parse_duration(merged["timeout"])
-        if "max-holds" in merged:
-            config.max_holds = _parse_count(
-                merged["max-holds"], "max-holds", 1, MAX_HOLDS_LIMIT
-            )
-        if "gone-limit" in merged:
-            config.gone_limit = _parse_count(
-                merged["gone-limit"], "gone-limit", 0, 10_000_000
-            )
-        if "annotate" in merged:
-            config.annotate = _parse_bool(merged["annotate"], "annotate")
-        if "rules" in merged:
-            config.rules = _parse_rules(merged["rules"])
-        if "shutdown-timeout" in merged:
-            config.shutdown_timeout = parse_duration(
-                merged["shutdown-timeout"], "shutdown-timeout"
-            )
-        if "shutdown-action" in merged:
-            config.shutdown_action = _parse_choice(
-                merged["shutdown-action"], "shutdown-action", SHUTDOWN_ACTIONS
-            )
-        if "watch-backlog" in merged:
-            config.watch_backlog = _parse_count(
-                merged["watch-backlog"], "watch-backlog", 1, MAX_BOUND
-            )
-        if "max-pending" in merged:
-            config.max_pending = _parse_count(
-                merged["max-pending"], "max-pending", 1, MAX_BOUND
-            )
-        if "snapshot-chunk" in merged:
-            config.snapshot_chunk = _parse_count(
-                merged["snapshot-chunk"],
-                "snapshot-chunk",
-                SNAPSHOT_CHUNK_MIN,
-                SNAPSHOT_CHUNK_MAX,
-            )
-        if "debug-fault" in merged:
-            if merged["debug-fault"] not in FAULTS:
-                raise ConfigError(
-                    f"debug-fault: {merged['debug-fault']!r} is not one of "
-                    f"{', '.join(FAULTS)}"
-                )
-            config.fault = merged["debug-fault"]
-        config._check_rules_fit()
+        ``table``; raise ConfigError naming the first bad key.  The
+        options are checked first (what the admin typed), then every
+        value of the table, then what the two make together."""
+        given = _read_source(options, OPTION)
+        overridden = set(options) if isinstance(options, dict) else set()
+        from_table = _read_source(table, TABLE, overridden)
+        if "rules" in from_table and "max_holds" in from_table:
+            # The table's own pair must fit, whatever an option says.
+            _check_rules_fit(from_table["rules"], from_table["max_holds"])
+        config = cls(**dict(from_table, **given))
+        _check_rules_fit(config.rules, config.max_holds)
         return config
-
-    def _check_rules_fit(self):
-        # A job can carry every attribute the rules name, so each rule
-        # beyond max-holds would be refused (and logged) on such a job.
-        if len(self.rules) > self.max_holds:
-            raise ConfigError(
-                f"rules: {len(self.rules)} rules but max-holds is "
-                f"{self.max_holds}: a job that matches them all could not "
-                "hold them (raise max-holds or drop rules)"
-            )
 
     def to_dict(self):
         conf = {
@@ -368,9 +428,7 @@ class Config:
             "shutdown-action": self.shutdown_action,
             "watch-backlog": self.watch_backlog,
             "max-pending": self.max_pending,
+            "snapshot-chunk": self.snapshot_chunk,
+            "debug-fault": self.fault,
         }
-        if self.snapshot_chunk != CHUNK_BYTES:
-            conf["snapshot-chunk"] = self.snapshot_chunk
-        if self.fault:
-            conf["debug-fault"] = self.fault
         return conf

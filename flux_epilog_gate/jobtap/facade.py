@@ -24,6 +24,10 @@ from flux.eventlog import EventLogEvent
 from flux.future import Future
 from flux.job import JobID
 
+#: A broker module's status while its ``mod_main`` has not yet run its
+#: reactor (flux-core's FLUX_MODSTATE_INIT).
+MODULE_INIT = 0
+
 
 def _oserror(ffi):
     errnum = ffi.errno
@@ -462,6 +466,36 @@ class Jobtap:
             if exc.errno != errno.ENOENT:
                 raise
             return False
+
+    def job_manager_starting(self):
+        """True while the job-manager module is still starting, None if
+        the broker does not say, False once it runs.
+
+        The job-manager loads the plugins of ``[job-manager] plugins``
+        (and calls their ``conf.update``) in its ``mod_main``, before it
+        runs its reactor; it reports itself running (``module.status``)
+        from its reactor's first iteration, and only then handles
+        requests such as ``flux jobtap load`` or a config reload.  So
+        the broker lists it in state INIT exactly while it loads those
+        plugins.  The request is synchronous: the broker answers it
+        from its own thread.
+        """
+        try:
+            modules = self.flux.rpc("module.list").get()["mods"]
+        except (OSError, KeyError, TypeError):
+            return None
+        for module in modules:
+            if module.get("name") == "job-manager":
+                return module.get("status") == MODULE_INIT
+        return None
+
+    def broker_state(self):
+        """The name of the broker's state (``init`` while rc1 runs,
+        ``run``...), or None if the broker does not say."""
+        try:
+            return self.flux.rpc("state-machine.get").get()["state"]
+        except (OSError, KeyError, TypeError):
+            return None
 
     def abort_cleanup(self):
         """Make the broker abort its cleanup step, as a signal does.

@@ -455,6 +455,9 @@ class EpilogGatePlugin(GateDriver):
 
     def __init__(self, jobtap):
         super().__init__(jobtap)
+        #: Why the configuration in force is not the instance's (a load
+        #: despite a bad one while the instance started), or None.
+        self.config_error = None
         if self.jobtap.load_options().get("debug-fault") == "init":
             raise RuntimeError("debug-fault=init: injected failure")
 
@@ -462,13 +465,18 @@ class EpilogGatePlugin(GateDriver):
 
     @plugin_topic("conf.update")
     def configure(self, args):
+        """The load, and each ``flux config reload``: a bad configuration
+        is refused, unless the instance is starting (see
+        :meth:`_despite`)."""
         conf = args.input.get("conf") or {}
         try:
             config = Config.from_sources(
                 self.jobtap.load_options(), conf.get("epilog-gate")
             )
         except ConfigError as exc:
-            raise Refused(f"epilog-gate: {exc}") from None
+            config = self._despite(exc, conf.get("epilog-gate"))
+        else:
+            self._config_good()
         if not self.committed:
             self.commit(config)
         else:
@@ -476,12 +484,83 @@ class EpilogGatePlugin(GateDriver):
             self.forward(new=self._load_timer is not None, depend=bool(config.rules))
         self.shutdown.from_config = loaded_from_config(conf, self.name)
 
+    def _despite(self, error, table):
+        """The configuration to load with despite ``error``, while the
+        instance starts; else Refused, which fails the load or the reload
+        with the error (an admin's ``flux jobtap load`` or ``flux config
+        reload``: they see it, and what is loaded stays).
+
+        While the job-manager starts (it loads ``[job-manager] plugins``
+        then, and a failed load stops it and the instance) or while rc1
+        runs (a failed ``flux jobtap load`` there fails rc1), a refusal
+        would keep the instance from starting, and its jobs' holds from
+        being recovered.  The gate then loads with the load options
+        alone, or the table alone, or the defaults, and says so at
+        level error and in ``flux jobtap query`` (``config_error``)."""
+        if not self._instance_starting():
+            raise Refused(f"epilog-gate: {error}") from None
+        if self.committed:
+            # The job-manager's second conf.update of its start: the
+            # configuration loaded despite the error stays.
+            config, in_force = self.gate.config, None
+        else:
+            config, in_force = self._fallback(table)
+        if in_force is not None or self.config_error is None:
+            self.config_error = f"{error}: {in_force or 'configuration kept'}"
+            self.jobtap.log(syslog.LOG_ERR, self.config_error)
+        return config
+
+    def _instance_starting(self):
+        """True while the job-manager starts or rc1 runs (see
+        :meth:`_despite`); when the broker does not say, True: a load
+        with the defaults and an error is better than an instance that
+        does not start."""
+        if self.jobtap.job_manager_starting() is not False:
+            return True
+        return self.jobtap.broker_state() in ("init", None)
+
+    def _fallback(self, table):
+        """The configuration a load despite an error takes, and what it
+        is: the load options without the table, else the table without
+        the options, else the defaults."""
+        for options, kept_table, in_force in (
+            (
+                self.jobtap.load_options(),
+                None,
+                "the [epilog-gate] table is ignored and its keys have their "
+                "defaults (fix it, then flux config reload)",
+            ),
+            (
+                None,
+                table,
+                "the load options are ignored and have their defaults "
+                "(fix them, then load the plugin again)",
+            ),
+        ):
+            try:
+                return Config.from_sources(options, kept_table), in_force
+            except ConfigError:
+                continue
+        return Config(), (
+            "the load options and the [epilog-gate] table are ignored: "
+            "the defaults are in force"
+        )
+
+    def _config_good(self):
+        """A configuration was taken whole: an earlier error is over."""
+        if self.config_error is not None:
+            self.jobtap.log(
+                syslog.LOG_INFO, "the configuration is good again: it is in force"
+            )
+            self.config_error = None
+
     @plugin_topic("plugin.query")
     def query(self, args):
         self.fault("query")
         gate = self.gate
         return {
             "config": gate.config.to_dict(),
+            "config_error": self.config_error,
             "counters": dict(
                 gate.stats,
                 **gate.refused,
