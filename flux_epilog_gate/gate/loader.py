@@ -25,7 +25,7 @@ import errno
 import syslog
 from collections import deque
 
-from .holdlog import KEY, SEGMENTS, read_segments
+from .holdlog import KEY, SEGMENTS, read_segments, segment_key
 from .logparse import parse
 from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
 
@@ -72,13 +72,13 @@ def read_log(port):
         segments, left = [], [(SEGMENTS, str(exc), _listing_lost(exc))]
     complete = _report_left(port, left)
     base = len(segments[0][1] if segments else data or b"")
-    if segments:
-        # The segments are the older records: KEY has the newest.
-        data = _joined([text for _, text in segments] + [data or b""])
-    jobs, skipped = parse(data)
-    _report_skipped(port, skipped)
+    # The segments are the older records: KEY has the newest.
+    values = [(segment_key(n), text) for n, text in segments] + [(KEY, data)]
+    jobs = _parsed(port, values)
     last = None if left else segments[-1][0] if segments else 0
-    size = None if data is None else len(data)
+    size = (
+        None if data is None and not segments else sum(len(v or b"") for _, v in values)
+    )
     found = LogRead(jobs, complete, size, base, last)
     # An append to a value that does not end its last line would run
     # into it: such a value (written by another hand) is replaced.
@@ -112,15 +112,24 @@ def _report_left(port, left):
     return not any(records for _, _, records in left)
 
 
-def _report_skipped(port, skipped):
-    for bad in skipped[:SKIPPED_LOGGED]:
-        port.log(syslog.LOG_ERR, f"{KEY}: skipped {bad}")
+def _parsed(port, values):
+    """The entries by job of ``values`` (``(key, bytes)``, in order), each
+    line that is not an entry logged, naming its key and line."""
+    jobs, skipped = {}, []
+    for key, value in values:
+        entries, bad = parse(value)
+        for jobid, items in entries.items():
+            jobs.setdefault(jobid, []).extend(items)
+        skipped.extend((key, line) for line in bad)
+    for key, bad in skipped[:SKIPPED_LOGGED]:
+        port.log(syslog.LOG_ERR, f"{key}: skipped {bad}")
     if len(skipped) > SKIPPED_LOGGED:
         port.log(
             syslog.LOG_ERR,
             f"{KEY}: skipped {len(skipped) - SKIPPED_LOGGED} more lines "
             f"({len(skipped)} in all) that are not hold log entries",
         )
+    return jobs
 
 
 def _unreadable(port, key, exc):
@@ -137,12 +146,6 @@ def _no_segments(port):
         return 0 if port.kvs_dir(SEGMENTS) is None else None
     except Exception:  # noqa: BLE001 - then they are replaced
         return None
-
-
-def _joined(values):
-    """The values of the log's keys as one text: a value that does not
-    end a line (written by another hand) does not run into the next."""
-    return b"".join(v if v.endswith(b"\n") or not v else v + b"\n" for v in values)
 
 
 class Load:

@@ -484,3 +484,17 @@ def test_a_full_key_that_is_not_there_is_appended_to_and_nothing_logged(port, sm
     hold(port, gate, 70)
     assert port.commits[-1][0] == KEY and port.commits[-1][2] is True
     assert errors(port) == [] and port.kvs_dir(SEGMENTS) is None
+
+
+def test_a_line_that_is_no_entry_is_named_by_its_key_and_line(port):
+    port.kvs[segment_key(1)] = _entry(100.0, 11, "ok") + "junk\n"
+    port.kvs[segment_key(2)] = "\n" + _entry(101.0, 12, "ok") + "{}\n"
+    port.kvs[KEY] = "more junk\n"
+    for jobid in (11, 12):
+        port.add_job(jobid, SCHED, USER)
+    _, gate = load(port)
+    assert gate_holds(gate) == {(11, "ok"), (12, "ok")}
+    logged = errors(port)
+    assert [t for t in logged if t.startswith(f"{segment_key(1)}: skipped line 2")]
+    assert [t for t in logged if t.startswith(f"{segment_key(2)}: skipped line 3")]
+    assert [t for t in logged if t.startswith(f"{KEY}: skipped line 1")]
