@@ -62,6 +62,7 @@ from .names import (
     OUT_OF_SYNC,
     SETUP,
 )
+from .validate import Malformed, check_constraint, check_update
 
 __all__ = ["Dws", "created_before", "held_actions"]
 
@@ -86,6 +87,24 @@ def answer_of(future):
     if errstr is not None and not isinstance(errstr, str):
         raise ValueError("'errstr' is not a string")
     return answer["success"], errstr
+
+
+def missing_keys(payload, keys):
+    """What is wrong with a request's payload, short of its values' shapes:
+    not an object, no job id in ``id``, a key of ``keys`` missing, or an
+    ``errmsg`` that is not a string; None if nothing."""
+    if not isinstance(payload, dict):
+        return "payload is not an object"
+    jobid = payload.get("id")
+    if not (type(jobid) is int and 0 <= jobid < 2**64):
+        return "id: is not a job id"
+    for key in keys:
+        if key not in payload:
+            return f"{key}: is missing"
+    errmsg = payload.get("errmsg")
+    if errmsg is not None and not isinstance(errmsg, str):
+        return "errmsg: is not a string"
+    return None
 
 
 def parse_timeout(options):
@@ -310,9 +329,15 @@ class Dws(GateDriver):
     @after_recovery
     def resource_update(self, request):
         """The job's storage is placed: ``{id, resources, exclude,
-        errmsg?}``; update its jobspec and let it leave DEPEND."""
+        errmsg?}``; update its jobspec and let it leave DEPEND.  The whole
+        request is checked first (see :mod:`.validate`): a value the
+        scheduler or job-list cannot read never reaches the jobspec."""
         payload = self.payload_of(request, "resource-update", ("resources", "exclude"))
         jobid = payload["id"]
+        try:
+            check_update(payload["resources"], payload["exclude"])
+        except Malformed as exc:
+            self.malformed(jobid, "resource-update", str(exc))
         errmsg = payload.get("errmsg")
         if errmsg is not None:
             self.fail(jobid, "dws", str(errmsg))
@@ -327,15 +352,9 @@ class Dws(GateDriver):
         update = {"resources": payload["resources"]}
         if payload["exclude"] is not None:
             system = job.get("jobspec", {}).get("attributes", {}).get("system", {})
-            try:
-                update["attributes.system.constraints"] = combine(
-                    system, payload["exclude"]
-                )
-            except ConstraintError as exc:
-                errmsg = "Could not generate new constraints"
-                self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
-                self.fail(jobid, "dws", errmsg)
-                raise RequestError(errno.EINVAL, errmsg) from None
+            update["attributes.system.constraints"] = self.constraints(
+                jobid, system, payload["exclude"]
+            )
         try:
             self.jobtap.jobspec_update(jobid, update)
         except OSError as exc:
@@ -352,6 +371,20 @@ class Dws(GateDriver):
             self.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
             raise RequestError(getattr(exc, "errno", errno.EIO), errmsg) from None
         request.respond(None)
+
+    def constraints(self, jobid, system, exclude):
+        """The job's new constraints: its own joined with ``exclude``,
+        checked whole (its own may be of a shape no matcher takes); on
+        failure raise the job's exception and RequestError."""
+        try:
+            combined = combine(system, exclude)
+            check_constraint(combined, "attributes.system.constraints")
+        except (ConstraintError, Malformed) as exc:
+            errmsg = "Could not generate new constraints"
+            self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
+            self.fail(jobid, "dws", errmsg)
+            raise RequestError(errno.EINVAL, f"{errmsg}: {exc}") from None
+        return combined
 
     # Prolog: dws-setup
 
@@ -597,12 +630,20 @@ class Dws(GateDriver):
         jobid = payload.get("id") if isinstance(payload, dict) else None
         if not (type(jobid) is int and 0 <= jobid < 2**64):
             jobid = None
-        if jobid is not None and all(k in payload for k in keys):
-            errmsg = payload.get("errmsg")
-            if errmsg is None or isinstance(errmsg, str):
-                return payload
+        problem = missing_keys(payload, keys)
+        if problem is None:
+            return payload
+        self.malformed(jobid if raise_on_job else None, method, problem)
+
+    def malformed(self, jobid, method, problem=None):
+        """Refuse a malformed request of ``method`` (EPROTO), naming
+        ``problem`` if known; raise the exception the service's requests
+        raise for it on the job ``jobid`` (unless None): the job waits on
+        a request that will not come right."""
         errmsg = f"received malformed dws.{method} RPC"
-        if raise_on_job and jobid is not None:
+        if problem is not None:
+            errmsg = f"{errmsg}: {problem}"
+        if jobid is not None:
             self.fail(jobid, "exception", errmsg)
         self.log(syslog.LOG_ERR, errmsg + OUT_OF_SYNC)
         raise RequestError(errno.EPROTO, errmsg)
