@@ -1,20 +1,28 @@
-"""The DWS service's requests to the dws plugin, when they are malformed,
-on real instances with t/dws_service.py:
+"""The DWS service's requests to the dws plugin, when they are malformed
+or come at the wrong time, on real instances with t/dws_service.py:
 
 - a ``resource-update`` whose ``resources`` or ``exclude`` the scheduler
   or job-list could not read is refused (EPROTO, naming the key), fails
   the job as flux-coral2's plugin fails it for a malformed update, and
-  writes nothing to its jobspec; the instance keeps scheduling."""
+  writes nothing to its jobspec; the instance keeps scheduling;
+- a ``prolog-remove`` before the job's dws-setup prolog started, or an
+  ``epilog-remove`` before its dws-epilog started, is refused (EINVAL)
+  and changes nothing: the hold stays pending, the service is still
+  asked for setup or post_run at the right time."""
 
 import errno
 import json
+import time
 
+import flux.job
 import pytest
 import test_dws
+from flux.job import JobspecV1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobs import described, eventlog, names, submit, wait_event, wait_inactive
-from test_dws import DW, SLOT
+from jobs import described, eventlog, named, names, submit, wait_event, wait_inactive
+from test_dws import DW, SLOT, contexts
+from test_dws_gate import listed
 
 from flux_epilog_gate.testing import Instance
 
@@ -170,3 +178,80 @@ def test_any_malformed_update_is_refused_with_its_key_and_writes_nothing(
         assert "jobspec-update" not in names(eventlog(h, jobid))
     finally:
         service.stop()
+
+
+# Prolog and epilog requests before their time
+
+
+@pytest.mark.parametrize("state", ["depend", "sched"])
+def test_prolog_remove_before_the_prolog_is_refused_and_keeps_the_hold(
+    rabbit_instance, dws, state
+):
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst, "--create-hang")
+    jobid = in_depend(inst, service)
+    if state == "sched":
+        inst.flux("queue", "stop", "--all")
+        (create,) = service.requests("dws.create")
+        h.rpc(
+            "job-manager.dws.resource-update",
+            {"id": jobid, "resources": create["resources"], "exclude": None},
+        ).get()
+        wait_event(h, jobid, "depend")
+    error = refused(h, "prolog-remove", {"id": jobid, "variables": {"X": "early"}})
+    assert error.errno == errno.EINVAL
+    assert "dws-setup" in error.strerror and "not active" in error.strerror
+    assert listed(inst, jobid)["dws-setup"] == ("prolog", "pending")
+    events = eventlog(h, jobid)
+    assert "dws_environment" not in names(events) and "exception" not in names(events)
+    # The job goes on as if the early request had not come.
+    if state == "depend":
+        (create,) = service.requests("dws.create")
+        h.rpc(
+            "job-manager.dws.resource-update",
+            {"id": jobid, "resources": create["resources"], "exclude": None},
+        ).get()
+    else:
+        inst.flux("queue", "start", "--all")
+    wait_inactive(h, jobid)
+    events = eventlog(h, jobid)
+    assert [r["jobid"] for r in service.requests("dws.setup")] == [jobid]
+    assert [c["status"] for c in contexts(events, "prolog-finish", "dws-setup")] == [0]
+    (environment,) = named(events, "dws_environment")
+    assert environment.context == {"variables": {"DW_JOB_X": "/mnt/x"}}
+    assert names(events).index("prolog-finish") < names(events).index("start")
+
+
+def stubborn(h):
+    """A rabbit job whose process outlives its cancel by two seconds
+    (it ignores SIGTERM): the job is in CLEANUP short of its epilog point."""
+    spec = JobspecV1.from_command(["sh", "-c", "trap '' TERM; sleep 3"])
+    for key, value in DW.items():
+        spec.setattr(key, value)
+    return flux.job.submit(h, spec)
+
+
+def test_epilog_remove_before_the_epilog_is_refused_and_keeps_the_hold(
+    rabbit_instance, dws
+):
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst)
+    jobid = stubborn(h)
+    wait_event(h, jobid, "start")
+    time.sleep(1)  # for the shell to ignore SIGTERM
+    flux.job.cancel(h, jobid)
+    wait_event(h, jobid, "exception")
+    events = eventlog(h, jobid)
+    assert "finish" not in names(events), "the job ended before the test"
+    error = refused(h, "epilog-remove", {"id": jobid})
+    assert error.errno == errno.EINVAL
+    assert "dws-epilog" in error.strerror and "not active" in error.strerror
+    assert listed(inst, jobid)["dws-epilog"] == ("epilog", "pending")
+    assert service.requests("dws.post_run") == []
+    wait_inactive(h, jobid)
+    events = eventlog(h, jobid)
+    assert names(events).index("finish") < names(events).index("epilog-start")
+    assert [c["status"] for c in contexts(events, "epilog-finish", "dws-epilog")] == [0]
+    assert service.requests("dws.post_run") == [{"jobid": jobid, "run_started": True}]

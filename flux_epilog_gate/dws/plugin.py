@@ -107,6 +107,15 @@ def missing_keys(payload, keys):
     return None
 
 
+def not_started(jobid, description, why=None):
+    """The error of a request to end a prolog or epilog that is not open."""
+    action = "prolog" if description == SETUP else "epilog"
+    text = f"{action} {description} of job {f58(jobid)} is not active"
+    if why is not None:
+        text += f": it has not started, {why}"
+    return text
+
+
 def parse_timeout(options):
     """The epilog timeout of the load options (seconds, <= 0: none)."""
     value = options.get("epilog-timeout", 0.0)
@@ -448,39 +457,60 @@ class Dws(GateDriver):
     @after_recovery
     def prolog_remove(self, request):
         """The job's storage is mounted: ``{id, variables}``; post its
-        environment and let it start."""
+        environment and let it start.  Only while its dws-setup prolog
+        runs: before, the hold is pending, and releasing it would let the
+        job run with no storage set up (the request is refused, nothing
+        changed); after, there is nothing left to end."""
         payload = self.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
-        try:
-            self.jobtap.post_event(
-                jobid, "dws_environment", {"variables": payload["variables"]}
+        hold = self.holds(jobid).get(SETUP)
+        if hold is None and self.gate.gone.get(jobid, SETUP):
+            # Ended already (a failed setup, a cancel): the service's
+            # request crossed the end.
+            request.respond(None)
+            return
+        if hold is None:
+            self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
+            self.finish_foreign(request.detach(), jobid, SETUP, payload["variables"])
+            return
+        if hold.state != ACTIVE:
+            raise RequestError(
+                errno.EINVAL, not_started(jobid, SETUP, "the job is not running yet")
             )
+        self.post_environment(jobid, payload["variables"])
+        self.release(jobid, SETUP, 0)
+        request.respond(None)
+
+    def post_environment(self, jobid, variables):
+        """Post the job's ``dws_environment`` (its shell reads the storage's
+        variables from it); on failure end its prolog and raise
+        RequestError."""
+        try:
+            self.jobtap.post_event(jobid, "dws_environment", {"variables": variables})
         except OSError as exc:
             errmsg = "failed to post dws_environment event"
             self.setup_failed(jobid, errmsg)
             raise RequestError(exc.errno, errmsg) from None
-        if SETUP in self.holds(jobid) or self.gate.gone.get(jobid, SETUP):
-            # Released already (a failure, a cancel): nothing more to end.
-            self.release(jobid, SETUP, 0)
-            request.respond(None)
-            return
-        self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
-        self.finish_foreign(request.detach(), jobid, SETUP)
 
-    def finish_foreign(self, request, jobid, description):
+    def finish_foreign(self, request, jobid, description, variables=None):
         """Finish the job's prolog or epilog ``description`` that the gate
         does not hold, if its eventlog shows it open (one another plugin,
-        such as dws-jobtap.so, started), and answer ``request``."""
+        such as dws-jobtap.so, started), and answer ``request``; refuse it
+        if none is open (a prolog's environment is posted only then)."""
 
         def finish(text, error):
             if error is not None or description not in held_actions(text):
-                request.respond(None)
+                request.error(errno.EINVAL, not_started(jobid, description))
                 return
             try:
                 if description == SETUP:
+                    self.post_environment(jobid, variables)
                     self.jobtap.prolog_finish_job(jobid, SETUP, 0)
                 else:
                     self.jobtap.epilog_finish_job(jobid, EPILOG, 0)
+            except RequestError as exc:
+                request.error(exc.errnum, exc.message)
+                return
             except OSError as exc:
                 request.error(exc.errno, f"could not finish {description}")
                 return
@@ -553,9 +583,17 @@ class Dws(GateDriver):
             state = None
         if state != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
-        if EPILOG not in self.holds(jobid) and not self.gate.gone.get(jobid, EPILOG):
+        hold = self.holds(jobid).get(EPILOG)
+        if hold is None and not self.gate.gone.get(jobid, EPILOG):
             self.finish_foreign(request.detach(), jobid, EPILOG)
             return
+        if hold is not None and hold.state != ACTIVE:
+            # In CLEANUP short of its epilog point (its processes may still
+            # run): releasing the pending hold would skip dws.post_run.
+            raise RequestError(
+                errno.EINVAL,
+                not_started(jobid, EPILOG, "the job's processes have not ended"),
+            )
         try:
             self.finish_epilog(jobid, True, None)
         except GateError as exc:
