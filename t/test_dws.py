@@ -26,6 +26,15 @@ from flux_epilog_gate.testing import Instance
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DW = {"system.dw": "#DW jobdw type=xfs capacity=1GiB name=x"}
+#: The resources of a one-core job, as a valid resource-update sends them.
+SLOT = [
+    {
+        "type": "slot",
+        "count": 1,
+        "label": "task",
+        "with": [{"type": "core", "count": 1}],
+    }
+]
 
 
 @pytest.fixture(scope="module")
@@ -306,7 +315,7 @@ def test_requests_for_jobs_in_the_wrong_state_are_refused(rabbit_instance):
     with pytest.raises(OSError) as info:
         h.rpc(
             "job-manager.dws.resource-update",
-            {"id": jobid, "resources": [], "exclude": None},
+            {"id": jobid, "resources": SLOT, "exclude": None},
         ).get()
     assert "job not found in depend state" in str(info.value)
     with pytest.raises(OSError) as info:

@@ -62,6 +62,7 @@ from .names import (
     OUT_OF_SYNC,
     SETUP,
 )
+from .validate import Malformed, check_constraint, check_update
 
 __all__ = ["Dws", "created_before", "held_actions"]
 
@@ -86,6 +87,33 @@ def answer_of(future):
     if errstr is not None and not isinstance(errstr, str):
         raise ValueError("'errstr' is not a string")
     return answer["success"], errstr
+
+
+def missing_keys(payload, keys):
+    """What is wrong with a request's payload, short of its values' shapes:
+    not an object, no job id in ``id``, a key of ``keys`` missing, or an
+    ``errmsg`` that is not a string; None if nothing."""
+    if not isinstance(payload, dict):
+        return "payload is not an object"
+    jobid = payload.get("id")
+    if not (type(jobid) is int and 0 <= jobid < 2**64):
+        return "id: is not a job id"
+    for key in keys:
+        if key not in payload:
+            return f"{key}: is missing"
+    errmsg = payload.get("errmsg")
+    if errmsg is not None and not isinstance(errmsg, str):
+        return "errmsg: is not a string"
+    return None
+
+
+def not_started(jobid, description, why=None):
+    """The error of a request to end a prolog or epilog that is not open."""
+    action = "prolog" if description == SETUP else "epilog"
+    text = f"{action} {description} of job {f58(jobid)} is not active"
+    if why is not None:
+        text += f": it has not started, {why}"
+    return text
 
 
 def parse_timeout(options):
@@ -310,9 +338,15 @@ class Dws(GateDriver):
     @after_recovery
     def resource_update(self, request):
         """The job's storage is placed: ``{id, resources, exclude,
-        errmsg?}``; update its jobspec and let it leave DEPEND."""
+        errmsg?}``; update its jobspec and let it leave DEPEND.  The whole
+        request is checked first (see :mod:`.validate`): a value the
+        scheduler or job-list cannot read never reaches the jobspec."""
         payload = self.payload_of(request, "resource-update", ("resources", "exclude"))
         jobid = payload["id"]
+        try:
+            check_update(payload["resources"], payload["exclude"])
+        except Malformed as exc:
+            self.malformed(jobid, "resource-update", str(exc))
         errmsg = payload.get("errmsg")
         if errmsg is not None:
             self.fail(jobid, "dws", str(errmsg))
@@ -327,15 +361,9 @@ class Dws(GateDriver):
         update = {"resources": payload["resources"]}
         if payload["exclude"] is not None:
             system = job.get("jobspec", {}).get("attributes", {}).get("system", {})
-            try:
-                update["attributes.system.constraints"] = combine(
-                    system, payload["exclude"]
-                )
-            except ConstraintError as exc:
-                errmsg = "Could not generate new constraints"
-                self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
-                self.fail(jobid, "dws", errmsg)
-                raise RequestError(errno.EINVAL, errmsg) from None
+            update["attributes.system.constraints"] = self.constraints(
+                jobid, system, payload["exclude"]
+            )
         try:
             self.jobtap.jobspec_update(jobid, update)
         except OSError as exc:
@@ -352,6 +380,20 @@ class Dws(GateDriver):
             self.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
             raise RequestError(getattr(exc, "errno", errno.EIO), errmsg) from None
         request.respond(None)
+
+    def constraints(self, jobid, system, exclude):
+        """The job's new constraints: its own joined with ``exclude``,
+        checked whole (its own may be of a shape no matcher takes); on
+        failure raise the job's exception and RequestError."""
+        try:
+            combined = combine(system, exclude)
+            check_constraint(combined, "attributes.system.constraints")
+        except (ConstraintError, Malformed) as exc:
+            errmsg = "Could not generate new constraints"
+            self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
+            self.fail(jobid, "dws", errmsg)
+            raise RequestError(errno.EINVAL, f"{errmsg}: {exc}") from None
+        return combined
 
     # Prolog: dws-setup
 
@@ -415,39 +457,60 @@ class Dws(GateDriver):
     @after_recovery
     def prolog_remove(self, request):
         """The job's storage is mounted: ``{id, variables}``; post its
-        environment and let it start."""
+        environment and let it start.  Only while its dws-setup prolog
+        runs: before, the hold is pending, and releasing it would let the
+        job run with no storage set up (the request is refused, nothing
+        changed); after, there is nothing left to end."""
         payload = self.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
-        try:
-            self.jobtap.post_event(
-                jobid, "dws_environment", {"variables": payload["variables"]}
+        hold = self.holds(jobid).get(SETUP)
+        if hold is None and self.gate.gone.get(jobid, SETUP):
+            # Ended already (a failed setup, a cancel): the service's
+            # request crossed the end.
+            request.respond(None)
+            return
+        if hold is None:
+            self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
+            self.finish_foreign(request.detach(), jobid, SETUP, payload["variables"])
+            return
+        if hold.state != ACTIVE:
+            raise RequestError(
+                errno.EINVAL, not_started(jobid, SETUP, "the job is not running yet")
             )
+        self.post_environment(jobid, payload["variables"])
+        self.release(jobid, SETUP, 0)
+        request.respond(None)
+
+    def post_environment(self, jobid, variables):
+        """Post the job's ``dws_environment`` (its shell reads the storage's
+        variables from it); on failure end its prolog and raise
+        RequestError."""
+        try:
+            self.jobtap.post_event(jobid, "dws_environment", {"variables": variables})
         except OSError as exc:
             errmsg = "failed to post dws_environment event"
             self.setup_failed(jobid, errmsg)
             raise RequestError(exc.errno, errmsg) from None
-        if SETUP in self.holds(jobid) or self.gate.gone.get(jobid, SETUP):
-            # Released already (a failure, a cancel): nothing more to end.
-            self.release(jobid, SETUP, 0)
-            request.respond(None)
-            return
-        self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
-        self.finish_foreign(request.detach(), jobid, SETUP)
 
-    def finish_foreign(self, request, jobid, description):
+    def finish_foreign(self, request, jobid, description, variables=None):
         """Finish the job's prolog or epilog ``description`` that the gate
         does not hold, if its eventlog shows it open (one another plugin,
-        such as dws-jobtap.so, started), and answer ``request``."""
+        such as dws-jobtap.so, started), and answer ``request``; refuse it
+        if none is open (a prolog's environment is posted only then)."""
 
         def finish(text, error):
             if error is not None or description not in held_actions(text):
-                request.respond(None)
+                request.error(errno.EINVAL, not_started(jobid, description))
                 return
             try:
                 if description == SETUP:
+                    self.post_environment(jobid, variables)
                     self.jobtap.prolog_finish_job(jobid, SETUP, 0)
                 else:
                     self.jobtap.epilog_finish_job(jobid, EPILOG, 0)
+            except RequestError as exc:
+                request.error(exc.errnum, exc.message)
+                return
             except OSError as exc:
                 request.error(exc.errno, f"could not finish {description}")
                 return
@@ -520,9 +583,17 @@ class Dws(GateDriver):
             state = None
         if state != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
-        if EPILOG not in self.holds(jobid) and not self.gate.gone.get(jobid, EPILOG):
+        hold = self.holds(jobid).get(EPILOG)
+        if hold is None and not self.gate.gone.get(jobid, EPILOG):
             self.finish_foreign(request.detach(), jobid, EPILOG)
             return
+        if hold is not None and hold.state != ACTIVE:
+            # In CLEANUP short of its epilog point (its processes may still
+            # run): releasing the pending hold would skip dws.post_run.
+            raise RequestError(
+                errno.EINVAL,
+                not_started(jobid, EPILOG, "the job's processes have not ended"),
+            )
         try:
             self.finish_epilog(jobid, True, None)
         except GateError as exc:
@@ -597,12 +668,20 @@ class Dws(GateDriver):
         jobid = payload.get("id") if isinstance(payload, dict) else None
         if not (type(jobid) is int and 0 <= jobid < 2**64):
             jobid = None
-        if jobid is not None and all(k in payload for k in keys):
-            errmsg = payload.get("errmsg")
-            if errmsg is None or isinstance(errmsg, str):
-                return payload
+        problem = missing_keys(payload, keys)
+        if problem is None:
+            return payload
+        self.malformed(jobid if raise_on_job else None, method, problem)
+
+    def malformed(self, jobid, method, problem=None):
+        """Refuse a malformed request of ``method`` (EPROTO), naming
+        ``problem`` if known; raise the exception the service's requests
+        raise for it on the job ``jobid`` (unless None): the job waits on
+        a request that will not come right."""
         errmsg = f"received malformed dws.{method} RPC"
-        if raise_on_job and jobid is not None:
+        if problem is not None:
+            errmsg = f"{errmsg}: {problem}"
+        if jobid is not None:
             self.fail(jobid, "exception", errmsg)
         self.log(syslog.LOG_ERR, errmsg + OUT_OF_SYNC)
         raise RequestError(errno.EPROTO, errmsg)
