@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from jobs import eventlog, names, submit, wait_event, wait_inactive
+from jsonstrategies import ANY_JSON, SCALARS
 
 from flux_epilog_gate.dws.constraints import ConstraintError, combine
 from flux_epilog_gate.paths import plugin_path
@@ -22,19 +23,6 @@ BOUNDED = settings(
     suppress_health_check=list(HealthCheck),
 )
 
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats()
-    | st.text(max_size=12)
-)
-ANY_JSON = st.recursive(
-    SCALARS,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(st.text(max_size=8), children, max_size=3),
-    max_leaves=6,
-)
 CONSTRAINT = st.dictionaries(
     st.sampled_from(["properties", "hostlist", "not", "and"]), ANY_JSON, max_size=2
 )

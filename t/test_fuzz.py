@@ -26,6 +26,7 @@ from flux.message import Message
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import query, submit, wait_event, wait_inactive
+from jsonstrategies import ANY_JSON
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.testing import Instance
@@ -73,23 +74,6 @@ class Ref:
 
 # Strategies
 
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats()
-    | st.text(max_size=16)
-)
-
-
-def _containers(children):
-    """JSON arrays and objects of ``children``."""
-    return st.lists(children, max_size=3) | st.dictionaries(
-        st.text(max_size=8), children, max_size=3
-    )
-
-
-ANY_JSON = st.recursive(SCALARS, _containers, max_leaves=6)
 EDGE_INTS = st.sampled_from(
     [
         0,

@@ -11,6 +11,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from jsonstrategies import any_json
 
 from flux_epilog_gate.dws.constraints import combine
 from flux_epilog_gate.dws.validate import (
@@ -45,22 +46,9 @@ R = {
     },
 }
 
-SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats()
-    | st.text(max_size=12)
-)
-ANY_JSON = st.recursive(
-    SCALARS,
-    lambda children: st.lists(children, max_size=3)
-    | st.dictionaries(
-        st.sampled_from(["type", "count", "with", "label", "and", "not", "x"])
-        | st.text(max_size=6),
-        children,
-        max_size=3,
-    ),
+ANY_JSON = any_json(
+    st.sampled_from(["type", "count", "with", "label", "and", "not", "x"])
+    | st.text(max_size=6),
     max_leaves=8,
 )
 
@@ -321,6 +309,21 @@ def _walk(value, rest):
     return value, steps[-1]
 
 
+def broken(paths, pick, breaks, value, root):
+    """``value`` (under ``root``) with the node at one of its ``paths``
+    (``pick``) broken by ``breaks``; ``(path, broken value)``."""
+    paths = list(paths)
+    path, node = paths[pick % len(paths)]
+    return path, replaced(value, path, breaks[1](node), root)
+
+
+def assert_refused_at(check, where):
+    """``check()`` refuses its request, naming ``where`` first."""
+    with pytest.raises(Malformed) as info:
+        check()
+    assert str(info.value).startswith(where), (str(info.value), where)
+
+
 @BOUNDED
 @given(
     res=resources(),
@@ -328,13 +331,8 @@ def _walk(value, rest):
     breaks=st.sampled_from(VERTEX_BREAKS),
 )
 def test_a_malformed_vertex_is_refused_naming_where(res, pick, breaks):
-    paths = list(vertex_paths(res))
-    path, node = paths[pick % len(paths)]
-    suffix, breaker = breaks
-    bad = replaced(res, path, breaker(node), "resources")
-    with pytest.raises(Malformed) as info:
-        check_update(bad, None)
-    assert str(info.value).startswith(path + suffix), (str(info.value), path)
+    path, bad = broken(vertex_paths(res), pick, breaks, res, "resources")
+    assert_refused_at(lambda: check_update(bad, None), path + breaks[0])
 
 
 @BOUNDED
@@ -358,13 +356,8 @@ def test_a_malformed_vertex_is_refused_naming_where(res, pick, breaks):
     ],
 )
 def test_a_malformed_constraint_is_refused_naming_where(exclude, pick, breaks, res):
-    paths = list(constraint_paths(exclude))
-    path, node = paths[pick % len(paths)]
-    suffix, breaker = breaks
-    bad = replaced(exclude, path, breaker(node), "exclude")
-    with pytest.raises(Malformed) as info:
-        check_update(res, bad)
-    assert str(info.value).startswith(path + suffix), (str(info.value), path)
+    path, bad = broken(constraint_paths(exclude), pick, breaks, exclude, "exclude")
+    assert_refused_at(lambda: check_update(res, bad), path + breaks[0])
 
 
 @pytest.mark.parametrize(
