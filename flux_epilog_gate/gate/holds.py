@@ -188,7 +188,7 @@ class Hold:
         self.timeout = timeout
         self.timer = None
         # t_hold as json writes it, once the hold's log line is made (see
-        # holdlog.hold_entry): snapshots and list answers write it again.
+        # logentries.hold_entry): snapshots and list answers write it again.
         self.t_text = t_text
         self.point = point
         # An active prolog hold whose job will never start (it entered

@@ -6,7 +6,7 @@ A list of 100,000 holds is answered from the job-manager's thread, so an
 entry is one f-string: the fixed texts of a hold's state and point are
 constants, a description's quoted text is made once per answer, and the
 hold's time is the text its hold-log line was written with
-(:func:`hold_entry <flux_epilog_gate.gate.holdlog.hold_entry>` keeps
+(:func:`hold_entry <flux_epilog_gate.gate.logentries.hold_entry>` keeps
 it): writing a float out again is the dearest part of an entry.  Any
 value the constants do not cover is written by json.
 
