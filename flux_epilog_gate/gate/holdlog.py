@@ -235,12 +235,12 @@ class HoldLog:
     ``callback(error)``: None once the record is durable, else an OSError.
 
     Made of four parts, each owning its state: ``commit``
-    (:class:`~flux_epilog_gate.gate.holdlog.commit.GroupCommit`, the
+    (:class:`~flux_epilog_gate.gate.groupcommit.GroupCommit`, the
     batches and the commit in flight), ``snapshots``
-    (:class:`~flux_epilog_gate.gate.holdlog.snapshot.SnapshotWriter`),
-    ``segments`` (:class:`~flux_epilog_gate.gate.holdlog.segments.Segments`)
-    and ``handover`` (:class:`~flux_epilog_gate.gate.holdlog.handover.Handover`);
-    ``compaction`` (:class:`~flux_epilog_gate.gate.holdlog.policy.Compaction`)
+    (:class:`~flux_epilog_gate.gate.snapshot.SnapshotWriter`),
+    ``segments`` (:class:`~flux_epilog_gate.gate.segments.Segments`)
+    and ``handover`` (:class:`~flux_epilog_gate.gate.handover.Handover`);
+    ``compaction`` (:class:`~Compaction`)
     measures the log.  The log itself picks, for each batch, which of
     them writes it.
     """
@@ -403,17 +403,17 @@ class HoldLog:
     def suspend(self):
         """The plugin is going away (see
         :meth:`Handover.suspend
-        <flux_epilog_gate.gate.holdlog.handover.Handover.suspend>`)."""
+        <flux_epilog_gate.gate.handover.Handover.suspend>`)."""
         self.handover.suspend()
 
     def found(self, size, base, last, ragged=False):
         """The load found the log (see :meth:`Handover.found
-        <flux_epilog_gate.gate.holdlog.handover.Handover.found>`;
+        <flux_epilog_gate.gate.handover.Handover.found>`;
         ``ragged``: its value does not end its last line)."""
         self.handover.found(size, base, last, ragged)
 
     def resume(self, port):
         """The next plugin instance takes the log over (see
         :meth:`Handover.resume
-        <flux_epilog_gate.gate.holdlog.handover.Handover.resume>`)."""
+        <flux_epilog_gate.gate.handover.Handover.resume>`)."""
         self.handover.resume(port)
