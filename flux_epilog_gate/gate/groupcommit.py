@@ -126,14 +126,16 @@ class GroupCommit:
             self.sent.insert(0, "\n")
         self.in_flight, self.waiters = self.waiters, []
 
-    def append(self):
-        """Send the batch taken as an append to :data:`KEY`."""
+    def append(self, text=None):
+        """Send the batch taken as an append to :data:`KEY` (``text``:
+        its records joined, if the caller has them)."""
         if not self.sent:
             # Only a snapshot, given up, was to be sent.
             waiters, self.in_flight = self.in_flight, None
             self.answer(waiters or (), None)
             return
-        text = "".join(self.sent)
+        if text is None:
+            text = "".join(self.sent)
         self.compaction.appended(len(text))
         self.commits += 1
         try:

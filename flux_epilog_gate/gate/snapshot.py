@@ -108,6 +108,10 @@ class Snapshot:
         #: The records of the first round's batch were made before the
         #: start: the snapshot has them already.
         self.covered = True
+        #: Bytes of the hold entries taken, and how many (what the log's
+        #: policy reckons a hold's entry by).
+        self.hold_bytes = 0
+        self.holds_taken = 0
 
     def take(self, limit):
         """Lines of the next part: ``limit`` bytes or a line more, fewer
@@ -127,6 +131,8 @@ class Snapshot:
                 line = hold_entry(hold)
                 lines.append(line)
                 size += len(line)
+            self.holds_taken += len(job.holds)
+        self.hold_bytes += size
         if self.next == len(jobs):
             while size < limit and self.releases:
                 line = self.releases.popleft()
@@ -187,6 +193,7 @@ class SnapshotWriter:
         self.in_parts = None
         self.chunk = CHUNK_BYTES
         self.kept_releases = deque()
+        self.kept_bytes = 0
         self.asked = []
         self.answering = []
         self.replacing = False
@@ -199,13 +206,14 @@ class SnapshotWriter:
         :data:`RELEASE_GRACE` seconds."""
         self.forget_releases(now)
         self.kept_releases.append((now, line))
+        self.kept_bytes += len(line)
 
     def forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""
         horizon = now - RELEASE_GRACE
         kept = self.kept_releases
         while kept and kept[0][0] < horizon:
-            kept.popleft()
+            self.kept_bytes -= len(kept.popleft()[1])
 
     def ask(self, callback):
         """A snapshot is asked for: ``callback(error)`` once one has
@@ -243,8 +251,8 @@ class SnapshotWriter:
     # A snapshot in one commit
 
     def begin(self):
-        """Start a snapshot.  Return its text if it fits one commit (or
-        the key must be replaced at once); else return None, and either
+        """Start a snapshot.  Return True if it fit one commit (or the
+        key must be replaced at once), sent; else False, and either
         :attr:`in_parts` is set (its first part is next) or a job is
         being recovered (no snapshot now)."""
         self.forget_releases(self.port.now())
@@ -254,27 +262,34 @@ class SnapshotWriter:
             lines = snap.take(limit)
         except Recovering:
             self.answer_asked(_recovering_error())
-            return None
+            return False
         if not snap.content_left():
             # Never empty: an empty value reads back as NULL.
-            return "".join(lines) or "\n"
+            self._send_whole(snap, "".join(lines) or "\n")
+            return True
         # A put: whatever a crash left there is replaced.
         snap.part = [("put", SIDE_KEY, "".join(lines))]
         self.in_parts = snap
-        return None
+        return False
 
-    def send_whole(self, text):
-        """Send a snapshot in one commit."""
+    def _send_whole(self, snap, text):
+        """Send snapshot ``snap``, ``text``, in one commit."""
         ops = [("put", KEY, text)]
         if self.side_used:
             ops.append(("unlink", SIDE_KEY, None))
         if self.segments.present:
             ops.append(("unlink", SEGMENTS, None))
-        self.compaction.replaced(len(text))
+        self._measured(snap, len(text))
         if len(ops) == 1:
             self.commit.put(text, self._whole_committed)
         else:
             self.commit.ops(ops, self._whole_committed)
+
+    def _measured(self, snap, nbytes):
+        """Tell the policy what snapshot ``snap`` of ``nbytes`` makes the
+        log: what its hold entries took, and how many holds are live."""
+        live = sum(len(job.holds) for job in self.jobs.values())
+        self.compaction.replaced(nbytes, snap.hold_bytes, snap.holds_taken, live)
 
     def _whole_committed(self, error):
         if error is None:
@@ -384,7 +399,7 @@ class SnapshotWriter:
             if snap is self.in_parts:
                 self.in_parts = None
             self._replaced()
-            self.compaction.replaced(snap.written)
+            self._measured(snap, snap.written)
         elif snap is self.in_parts and not (
             error.errno == errno.ENOSYS and self.commit.sync
         ):
