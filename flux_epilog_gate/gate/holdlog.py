@@ -94,7 +94,7 @@ parts and segments ``kvs_commit_ops(ops, callback, sync)`` and
 
 import syslog
 
-from .groupcommit import RETRY_DELAY, GroupCommit, NotConfirmed
+from .groupcommit import RETRY_DELAY, GroupCommit, NotConfirmed, Refusal
 from .handover import Handover
 from .holds import HOLD_EVENT
 from .logentries import KEY, MARKER, _line, cancel_entry, hold_entry, release_entry
@@ -328,6 +328,8 @@ class HoldLog:
             port, jobs, commit, compaction, segments, self._tell
         )
         self.handover = Handover(self, commit, compaction, segments, snapshots)
+        #: Why the log is not written (see refuse), or None.
+        self.refused = None
 
     # Records
 
@@ -362,6 +364,9 @@ class HoldLog:
         ``callback(error)`` once one has (None), or was given up (an
         OSError; EAGAIN while a job's holds are being recovered).  The
         requests made meanwhile share it."""
+        if self.refused is not None:
+            self.commit.barrier(callback)
+            return
         self.snapshots.ask(callback)
         # With the queued records, if any, or on its own.
         self.commit.kick()
@@ -370,6 +375,13 @@ class HoldLog:
         """A job's holds are being rebuilt from the log: a snapshot in
         progress would leave them out."""
         self.snapshots.recovering()
+
+    def refuse(self, why):
+        """The log found is of a newer format than this build reads: it is
+        left as it is.  Every record, barrier and snapshot is answered,
+        soon, with an error saying ``why``; nothing is written."""
+        self.refused = why
+        self.commit = Refusal(self.port, why)
 
     # What the gate reads and sets
 
@@ -504,7 +516,8 @@ class HoldLog:
         if self.check_timer is not None:
             self.check_timer.stop()
             self.check_timer = None
-        self.handover.suspend()
+        if self.refused is None:
+            self.handover.suspend()
 
     def found(self, size, base, last, ragged=False):
         """The load found the log (see :meth:`Handover.found
@@ -516,4 +529,7 @@ class HoldLog:
         """The next plugin instance takes the log over (see
         :meth:`Handover.resume
         <flux_epilog_gate.gate.handover.Handover.resume>`)."""
+        if self.refused is not None:
+            self.port = self.commit.port = port
+            return
         self.handover.resume(port)

@@ -6,9 +6,10 @@ job-manager sends the batch that carries a release's ``epilog-finish``
 within its event batch timeout (10 ms); a synced commit sent after that
 checkpoints it too, since the KVS applies one sender's commits in order.
 Older release entries are no longer needed, nor are cancel entries (the
-snapshot drops the cancelled hold's entry with them).  A snapshot with
-nothing to keep writes a blank line: flux-core reads an empty value back
-as no value at all.  When one is due is the policy's
+snapshot drops the cancelled hold's entry with them).  Each begins with
+the log's format (:func:`~flux_epilog_gate.gate.logentries.format_entry`),
+so a snapshot with nothing to keep is never empty (flux-core reads an
+empty value back as no value at all).  When one is due is the policy's
 (:mod:`flux_epilog_gate.gate.holdlog`).
 
 **Snapshots in parts.**  A snapshot of up to :data:`CHUNK_BYTES` bytes
@@ -50,7 +51,7 @@ import syslog
 from collections import deque
 
 from .groupcommit import value_treeobj_error
-from .logentries import KEY, hold_entry
+from .logentries import KEY, format_entry, hold_entry
 from .segments import SEGMENTS
 
 #: Seconds a release entry is kept by snapshots: far longer than the
@@ -90,8 +91,11 @@ class Snapshot:
     records committed since, which follow.
     """
 
-    def __init__(self, table, releases):
+    def __init__(self, table, releases, preamble=None):
         self.table = table
+        #: The line the snapshot begins with (the log's format), not
+        #: taken yet.
+        self.preamble = preamble
         self.jobs = list(table.values())
         self.next = 0
         self.releases = releases
@@ -119,6 +123,11 @@ class Snapshot:
         not all known."""
         lines = []
         size = 0
+        if self.preamble is not None:
+            lines.append(self.preamble)
+            size = len(self.preamble)
+            self.preamble = None
+        start = size
         jobs, table = self.jobs, self.table
         while size < limit and self.next < len(jobs):
             job = jobs[self.next]
@@ -132,7 +141,7 @@ class Snapshot:
                 lines.append(line)
                 size += len(line)
             self.holds_taken += len(job.holds)
-        self.hold_bytes += size
+        self.hold_bytes += size - start
         if self.next == len(jobs):
             while size < limit and self.releases:
                 line = self.releases.popleft()
@@ -255,8 +264,10 @@ class SnapshotWriter:
         key must be replaced at once), sent; else False, and either
         :attr:`in_parts` is set (its first part is next) or a job is
         being recovered (no snapshot now)."""
-        self.forget_releases(self.port.now())
-        snap = Snapshot(self.jobs, deque(line for _, line in self.kept_releases))
+        now = self.port.now()
+        self.forget_releases(now)
+        releases = deque(line for _, line in self.kept_releases)
+        snap = Snapshot(self.jobs, releases, format_entry(now))
         limit = float("inf") if self.replacing else self.chunk
         try:
             lines = snap.take(limit)
@@ -264,8 +275,9 @@ class SnapshotWriter:
             self.answer_asked(_recovering_error())
             return False
         if not snap.content_left():
-            # Never empty: an empty value reads back as NULL.
-            self._send_whole(snap, "".join(lines) or "\n")
+            # Never empty (it says its format): an empty value reads back
+            # as NULL.
+            self._send_whole(snap, "".join(lines))
             return True
         # A put: whatever a crash left there is replaced.
         snap.part = [("put", SIDE_KEY, "".join(lines))]
