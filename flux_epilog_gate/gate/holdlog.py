@@ -169,7 +169,8 @@ class Compaction:
     Owns ``size``, the bytes of the log (its key and segments);
     ``appends``, the appends to its key; ``snapshot_size``, the bytes of
     the last snapshot; ``since``, the bytes appended since; ``holds``,
-    the live holds (counted at each snapshot, then by their records);
+    the live holds (counted at each snapshot, then by their records; None
+    after a load, until they are counted);
     ``hold_bytes``, what a hold's entry took in the last snapshot that
     had any.  Whatever writes to the log reports it here.
     """
@@ -204,12 +205,17 @@ class Compaction:
 
     def held(self):
         """A hold's entry was recorded."""
-        self.holds += 1
+        if self.holds is not None:
+            self.holds += 1
 
     def ended(self):
         """A hold's cancel or release was recorded."""
         if self.holds:
             self.holds -= 1
+
+    def counted(self, holds):
+        """The live holds were counted: ``holds``."""
+        self.holds = holds
 
     def rotated(self, nbytes):
         """The key was made a segment, a batch of ``nbytes`` its value."""
@@ -236,6 +242,9 @@ class Compaction:
         in its first value, with ``segments`` after the last snapshot
         (None: some could not be read)."""
         self.size = self.since = size
+        # The holds the load recovers have no record here: counted once
+        # they are known.
+        self.holds = None
         if segments is None:
             self.snapshot_instead()
         elif segments > 0:
@@ -461,6 +470,12 @@ class HoldLog:
             return True
         snapshots.forget_releases(self.port.now())
         compaction = self.compaction
+        if compaction.holds is None:
+            # After a load: its holds are counted once, when all known.
+            holds = self.holds()
+            if holds is None:
+                return False
+            compaction.counted(len(holds))
         return compaction.snapshot_due(
             self.segments.made, compaction.live(), snapshots.kept_bytes, pending
         )
