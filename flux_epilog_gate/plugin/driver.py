@@ -77,8 +77,6 @@ class GateDriver(Plugin):
     touches nothing another instance uses: no gate, no services, no jobs.
     """
 
-    port = GatePort
-
     #: Which plugin drives the gate when several share it: the highest
     #: (each plugin of the gate says its own; a driver that does not only
     #: drives alone).
@@ -86,6 +84,8 @@ class GateDriver(Plugin):
 
     def __init__(self, jobtap):
         super().__init__(jobtap)
+        #: The job-manager as the gate sees it, through this instance.
+        self.port = GatePort(jobtap)
         self.gate = None
         self.shutdown = None
         #: The host of the job-manager's gate, once committed.
@@ -148,7 +148,7 @@ class GateDriver(Plugin):
             else:
                 partial = host.partial
             load = Load(
-                self.jobtap, host.gate, delay=self._recovery_delay(), partial=partial
+                self.port, host.gate, delay=self._recovery_delay(), partial=partial
             )
         self.register()
         # job.new is called for every active job right after the load (or,
@@ -190,14 +190,14 @@ class GateDriver(Plugin):
         # driver's port being destroyed: nothing is sent to it any more.
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
             wanted = bool(self.gate.listeners)
-            self.jobtap.forward("job.event.exception", wanted)
+            self.jobtap.marks.forward("job.event.exception", wanted)
             self._send_all_events(wanted)
 
     def _send_all_events(self, wanted):
         """A job's exception reaches a plugin only if the job's events
         are sent to it: while the gate has listeners, every tracked job's
         are (else only those the epilog point waits on)."""
-        port = self.jobtap
+        port = self.port
         if wanted and not port.all_events:
             for jobid in list(self.gate.jobs):
                 try:
@@ -208,9 +208,9 @@ class GateDriver(Plugin):
         port.all_events = wanted
 
     def _watch_shutdown(self):
-        self.shutdown = Shutdown(self.gate, self.jobtap)
+        self.shutdown = Shutdown(self.gate, self.port)
         # Last: the broker's state streams to the driver only.
-        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
+        self.jobtap.broker.watch(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
 
     def hand_over(self):
         """A plugin of a higher rank takes the gate over (it loads it
@@ -220,16 +220,16 @@ class GateDriver(Plugin):
         self.load = None
         self._suspend()
         for jobid in list(self.gate.jobs) + list(self.gate.replayed_progress):
-            self.jobtap.untrack(jobid)
+            self.port.untrack(jobid)
         self.forward(new=False, depend=False)
-        self.jobtap.forward("job.event.exception", False)
+        self.jobtap.marks.forward("job.event.exception", False)
 
     def take_over(self):
         """The driver went away and this instance stays: drive the gate
         through this port, retracking each of its jobs by id (no job.new
         comes: this instance is loaded already)."""
         gate = self.gate
-        load = self.load = Load(self.jobtap, gate, partial=self.host.partial)
+        load = self.load = Load(self.port, gate, partial=self.host.partial)
         self.host.partial = False
         load.begin(gate.config)
         self._freeze_long_lived()
@@ -243,7 +243,7 @@ class GateDriver(Plugin):
         named = [jobid for jobid in (load.log or {}) if jobid not in jobids]
         for jobid in jobids + named:
             try:
-                state, userid = self.jobtap.job_info(jobid)
+                state, userid = self.jobtap.jobs.info(jobid)
             except OSError:
                 # Not looked up (the job-manager may be going away): its
                 # job.state.inactive would have come to the driver.
@@ -264,8 +264,8 @@ class GateDriver(Plugin):
     def forward(self, new=False, depend=False):
         """Send every job's job.new / job.state.depend, not only those of
         tracked jobs (or stop)."""
-        self.jobtap.forward("job.new", new)
-        self.jobtap.forward("job.state.depend", depend)
+        self.jobtap.marks.forward("job.new", new)
+        self.jobtap.marks.forward("job.state.depend", depend)
 
     def discard(self):
         """A load that failed or was refused: drop this instance."""
@@ -387,7 +387,7 @@ class GateDriver(Plugin):
 
     def _suspend(self):
         for watcher in self.gate.watchers:
-            self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
+            self.jobtap.messages.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
         self.gate.watchers = []
         self.shutdown.stop()
         self.shutdown = None

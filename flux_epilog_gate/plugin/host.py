@@ -73,7 +73,7 @@ class Host:
 
 def host_of(jobtap):
     """The host of the job-manager ``jobtap`` is loaded into."""
-    jmid = jobtap.jobmanager_id()
+    jmid = jobtap.marks.jobmanager_id()
     host = _hosts.get(jmid)
     if host is None:
         for old in list(_hosts):
