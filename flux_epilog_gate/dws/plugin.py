@@ -157,7 +157,7 @@ class Dws(GateDriver):
         # The gate dws.so loads (alone) has the defaults: epilog-gate's
         # configuration is epilog-gate.so's.
         self.commit(Config())
-        self.gate.listeners.append(self)
+        self.gate.add_listener(self)
         self.configured = True
         self.when_ready(self.adopt)
 
@@ -177,11 +177,7 @@ class Dws(GateDriver):
         }
 
     def _active(self, description):
-        return sorted(
-            jobid
-            for jobid, job in self.gate.jobs.items()
-            if description in job.holds and job.holds[description].state == ACTIVE
-        )
+        return self.gate.jobs_holding(description, ACTIVE)
 
     def log(self, level, text):
         self.jobtap.log(level, text)
@@ -201,8 +197,7 @@ class Dws(GateDriver):
 
     def holds(self, jobid):
         """The job's holds in the gate ({} if none)."""
-        job = self.gate.jobs.get(jobid)
-        return job.holds if job is not None else {}
+        return self.gate.job_holds(jobid)
 
     def active(self, jobid, description):
         hold = self.holds(jobid).get(description)
@@ -221,7 +216,7 @@ class Dws(GateDriver):
         A hold that became active while dws.so was removed from this same
         job-manager is started now, as it would have been then (one that
         an earlier instance started is not asked of the service again)."""
-        since = self.host.left.pop(self.name, None) if self.host else None
+        since = self.host.departures.pop(self.name, None) if self.host else None
         for jobid in self._active(SETUP):
             if since is not None and self.holds(jobid)[SETUP].t_start >= since:
                 if self.is_rabbit(jobid):
@@ -251,8 +246,7 @@ class Dws(GateDriver):
             "userid": job.userid,
             "failure_tolerance": tolerance,
         }
-        record = self.gate.jobs.get(job.id)
-        if record is not None and record.recovering:
+        if self.gate.recovering(job.id):
             # Held before this load, maybe: its holds are being read back.
             jobid = job.id
             self.when_ready(lambda: self.recovered(jobid, payload))
@@ -271,7 +265,7 @@ class Dws(GateDriver):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
         was done before this load."""
         holds = self.holds(jobid)
-        if CREATE in holds or self.gate.gone.get(jobid, CREATE):
+        if CREATE in holds or self.gate.gone(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
             # has the job's workflow.
             return
@@ -466,7 +460,7 @@ class Dws(GateDriver):
         payload = self.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
         hold = self.holds(jobid).get(SETUP)
-        if hold is None and self.gate.gone.get(jobid, SETUP):
+        if hold is None and self.gate.gone(jobid, SETUP):
             # Ended already (a failed setup, a cancel): the service's
             # request crossed the end.
             request.respond(None)
@@ -588,7 +582,7 @@ class Dws(GateDriver):
         if state != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.holds(jobid).get(EPILOG)
-        if hold is None and not self.gate.gone.get(jobid, EPILOG):
+        if hold is None and not self.gate.gone(jobid, EPILOG):
             self.finish_foreign(request.detach(), jobid, EPILOG)
             return
         if hold is not None and hold.state != ACTIVE:
@@ -631,10 +625,10 @@ class Dws(GateDriver):
     def unload(self):
         for jobid in list(self.timers):
             self.stop_timeout(jobid)
-        if self.gate is not None and self in self.gate.listeners:
-            self.gate.listeners.remove(self)
+        if self.gate is not None:
+            self.gate.remove_listener(self)
         if self.host is not None:
-            self.host.left[self.name] = self.jobtap.now()
+            self.host.departures[self.name] = self.jobtap.now()
         super().unload()
 
     # Requests

@@ -25,7 +25,7 @@ import errno
 import syslog
 
 from ..gate.loader import Load
-from ..gate.shutdown import BROKER_SHUTDOWN, Shutdown
+from ..gate.shutdown import BROKER_SHUTDOWN
 from ..jobid import f58
 from ..jobtap.plugin import Plugin, RequestError, internal_error, job_topic
 from .gcpolicy import FREEZER
@@ -146,7 +146,7 @@ class GateDriver(Plugin):
             if host.driver is not None:
                 partial = not host.driver.load.ready
             else:
-                partial = host.partial
+                partial = host.recovery_unfinished
             load = Load(
                 self.port, host.gate, delay=self._recovery_delay(), partial=partial
             )
@@ -164,7 +164,7 @@ class GateDriver(Plugin):
             self.gate = host.gate
             return
         self.load = load
-        host.partial = False
+        host.recovery_unfinished = False
         self.gate = host.gate = load.begin(config)
         self._freeze_long_lived()
         self._follow_listeners()
@@ -176,20 +176,20 @@ class GateDriver(Plugin):
         is ready, those of the current holds after each snapshot, and
         the survivors of every full collection."""
         FREEZER.install()
-        self.gate.holdlog.on_snapshot = FREEZER.freeze
+        self.gate.on_snapshot(FREEZER.freeze)
         self.load.when_ready(FREEZER.freeze, lambda: None)
 
     def _follow_listeners(self):
         """Have a held job's exceptions sent to this driver while the
         gate has listeners (they are all that want them), from now on."""
-        self.gate.listeners.changed = self._listeners_changed
+        self.gate.on_listeners_changed(self._listeners_changed)
         self._listeners_changed()
 
     def _listeners_changed(self):
         # A listener that leaves as its plugin unloads may leave this
         # driver's port being destroyed: nothing is sent to it any more.
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
-            wanted = bool(self.gate.listeners)
+            wanted = self.gate.has_listeners()
             self.jobtap.marks.forward("job.event.exception", wanted)
             self._send_all_events(wanted)
 
@@ -199,7 +199,7 @@ class GateDriver(Plugin):
         are (else only those the epilog point waits on)."""
         port = self.port
         if wanted and not port.all_events:
-            for jobid in list(self.gate.jobs):
+            for jobid in self.gate.job_ids():
                 try:
                     port.track(jobid, events=True)
                 except OSError as exc:
@@ -208,18 +208,18 @@ class GateDriver(Plugin):
         port.all_events = wanted
 
     def _watch_shutdown(self):
-        self.shutdown = Shutdown(self.gate, self.port)
+        self.shutdown = self.gate.watch_shutdown(self.port)
         # Last: the broker's state streams to the driver only.
         self.jobtap.broker.watch(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
 
     def hand_over(self):
         """A plugin of a higher rank takes the gate over (it loads it
         through its own port, see :meth:`commit`): stop driving it."""
-        self.host.partial = not self.load.ready
+        self.host.recovery_unfinished = not self.load.ready
         self.load.close()
         self.load = None
         self._suspend()
-        for jobid in list(self.gate.jobs) + list(self.gate.replayed_progress):
+        for jobid in self.gate.tracked():
             self.port.untrack(jobid)
         self.forward(new=False, depend=False)
         self.jobtap.marks.forward("job.event.exception", False)
@@ -229,8 +229,8 @@ class GateDriver(Plugin):
         through this port, retracking each of its jobs by id (no job.new
         comes: this instance is loaded already)."""
         gate = self.gate
-        load = self.load = Load(self.port, gate, partial=self.host.partial)
-        self.host.partial = False
+        load = self.load = Load(self.port, gate, partial=self.host.recovery_unfinished)
+        self.host.recovery_unfinished = False
         load.begin(gate.config)
         self._freeze_long_lived()
         self._follow_listeners()
@@ -238,7 +238,7 @@ class GateDriver(Plugin):
             self._watch_shutdown()
         except OSError as exc:
             self.jobtap.log(syslog.LOG_ERR, f"taking the gate over: {exc}")
-        jobids = list(gate.jobs) + list(gate.replayed_progress)
+        jobids = gate.tracked()
         # A partial load's: the jobs the log names, which it had not seen.
         named = [jobid for jobid in (load.log or {}) if jobid not in jobids]
         for jobid in jobids + named:
@@ -305,7 +305,7 @@ class GateDriver(Plugin):
         if host is None or host.driver is not self:
             return
         gate = self.gate
-        if gate.config.fault is not None:
+        if gate.context.config.fault is not None:
             self.fault("job")
         gate.on_cleanup(jobid)
 
@@ -321,7 +321,7 @@ class GateDriver(Plugin):
     @job_topic("job.event.exception", switched=True)
     def on_exception(self, job):
         """Told to the gate's listeners (its own holds need nothing)."""
-        if self.driving and self.gate.listeners:
+        if self.driving and self.gate.has_listeners():
             context = job.input.get("entry", {}).get("context", {})
             self.gate.tell("exception", job.id, context)
 
@@ -378,7 +378,7 @@ class GateDriver(Plugin):
         if not driving:
             self.jobtap.close()
             return
-        host.partial = not self.load.ready
+        host.recovery_unfinished = not self.load.ready
         self.load.close()
         self._suspend()
         self.jobtap.close()
@@ -386,12 +386,13 @@ class GateDriver(Plugin):
             successor.take_over()
 
     def _suspend(self):
-        for watcher in self.gate.watchers:
-            self.jobtap.messages.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
-        self.gate.watchers = []
+        respond_error = self.jobtap.messages.respond_error
+        self.gate.end_watches(
+            lambda sink: respond_error(sink, errno.ECONNRESET, UNLOADED)
+        )
         self.shutdown.stop()
         self.shutdown = None
-        self.gate.holdlog.on_snapshot = None
+        self.gate.on_snapshot(None)
         self.gate.suspend()
 
     def _run_waiting(self, handler, request):

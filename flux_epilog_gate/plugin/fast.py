@@ -94,7 +94,7 @@ class FastPath:
         plugin = self.plugin
         try:
             ready, gate = plugin.load.ready, plugin.gate
-            if ready and gate.config.fault is not None:
+            if ready and gate.context.config.fault is not None:
                 plugin.fault("request")
         except Exception:  # noqa: BLE001 - inside the job-manager
             self.failed(kept)
@@ -103,11 +103,11 @@ class FastPath:
             self._wait(kept, self.hold, (jobid, description, timeout, point))
             return
         try:
-            gate.requests.hold(
+            gate.hold(
                 jobid, description, timeout, point, partial(self._answer_hold, kept)
             )
         except GateError as exc:
-            # Refused before anything took the answer (see Requests.hold).
+            # Refused before anything took the answer (see Gate.hold).
             self.port.answer_error(kept, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
             # The answer may have been taken: the reference is its own.
@@ -118,7 +118,7 @@ class FastPath:
         plugin = self.plugin
         try:
             ready, gate = plugin.load.ready, plugin.gate
-            if ready and gate.config.fault is not None:
+            if ready and gate.context.config.fault is not None:
                 plugin.fault("request")
         except Exception:  # noqa: BLE001 - inside the job-manager
             self.failed(kept)
@@ -127,7 +127,7 @@ class FastPath:
             self._wait(kept, self.release, (jobid, description, status))
             return
         try:
-            gate.requests.release(
+            gate.release(
                 jobid, description, status, partial(self._answer_release, kept)
             )
         except GateError as exc:
