@@ -5,12 +5,14 @@ goes through a *port* (:class:`~flux_epilog_gate.gate.port.Port`, the
 calls it names and no more), handed to it at construction.
 
 The gate is one :class:`Gate`, a facade over objects that each own one
-concern and are handed, when the gate is made, the others they call
-(doc/design.md draws who calls whom):
+concern and are handed, when the gate is made, the context they share
+and the others they call (doc/design.md draws who calls whom):
 
 =================  =========================================================
 ``gate``           :class:`Gate`: the facade the plugins and the load use
 ``port``           :class:`Port`: what the gate asks of the job-manager
+``context``        :class:`Context`: the port, configuration and shutdown
+                   every part reads, replaced in one place
 ``requests``       :class:`Requests`: hold, release, list; the holds of
                    configured rules
 ``points``         :class:`HoldPoint`: the protocol of the three points
