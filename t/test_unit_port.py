@@ -129,18 +129,14 @@ def test_gateport_offers_the_gate_nothing_else():
 
 
 def _port_calls(tree):
-    """The names of attributes taken of ``port`` or ``self.port``."""
+    """The names of attributes taken of a port: ``port.X``,
+    ``self.port.X``, ``self.context.port.X``."""
     for node in ast.walk(tree):
         if not isinstance(node, ast.Attribute):
             continue
         value = node.value
-        if isinstance(value, ast.Name) and value.id == "port":
-            yield node.attr, node.lineno
-        elif (
-            isinstance(value, ast.Attribute)
-            and value.attr == "port"
-            and isinstance(value.value, ast.Name)
-            and value.value.id == "self"
+        if (isinstance(value, ast.Name) and value.id == "port") or (
+            isinstance(value, ast.Attribute) and value.attr == "port"
         ):
             yield node.attr, node.lineno
 
@@ -154,3 +150,8 @@ def test_the_gate_calls_only_the_protocol():
             if name not in MEMBERS:
                 outside.append(f"{path.name}:{line}: port.{name}")
     assert outside == []
+
+
+def test_the_scan_sees_the_ports_of_the_gates_parts():
+    tree = ast.parse("self.context.port.job_info(1)\nport.log(0, '')\nx.port.now()")
+    assert sorted(name for name, _ in _port_calls(tree)) == ["job_info", "log", "now"]
