@@ -214,13 +214,6 @@ class Hold:
             entry["timeout"] = self.timeout
         return entry
 
-    def to_json(self):
-        """Return :meth:`to_dict` as compact JSON text, as ``list``
-        answers it (see :mod:`flux_epilog_gate.gate.listing`)."""
-        from .listing import entries
-
-        return entries((self,))[0]
-
     def __repr__(self):
         return f"Hold({self.id}, {self.description!r}, {self.state})"
 
