@@ -119,3 +119,45 @@ def port():
     from fakeport import FakePort
 
     return FakePort()
+
+
+#: The ways a test takes the gate away and brings it back (see
+#: :func:`restart`).
+RESTARTS = ("jobtap", "module", "instance", "sigkill")
+
+
+def restart(inst, kind, plugin=None, options=(), dependents=False):
+    """Take the plugin ``plugin`` (the gate's by default) away from
+    ``inst`` and bring it back, the ``kind`` way; return a new handle.
+
+    ``jobtap``: removed and loaded again (with ``options``, ``key=value``
+    words; the plugin must have been loaded by hand, or loading it again
+    from the config would be refused).  ``module``: the job-manager
+    reloaded (``dependents``: then the modules that talk to it too).
+    ``instance``: stopped and started on its state directory.
+    ``sigkill``: the whole instance SIGKILLed and started again (an
+    instance that is not running is only started)."""
+    if plugin is None:
+        from flux_epilog_gate import plugin_path
+
+        plugin = plugin_path()
+    if kind == "jobtap":
+        name = os.path.basename(plugin)
+        inst.flux("jobtap", "remove", name)
+        assert name not in inst.flux("jobtap", "list").stdout
+        inst.flux("jobtap", "load", plugin, *options)
+    elif kind == "module":
+        inst.flux("module", "reload", "job-manager")
+        if dependents:
+            inst.flux("module", "reload", "sched-simple")
+            inst.flux("module", "reload", "job-exec")
+    elif kind in ("instance", "sigkill"):
+        if kind == "instance":
+            inst.stop()
+        else:
+            inst.kill()
+        assert not inst.alive()
+        inst.start()
+    else:
+        raise ValueError(f"{kind!r}: not one of {RESTARTS}")
+    return inst.handle()
