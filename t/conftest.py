@@ -1,5 +1,6 @@
 """Fixtures: real Flux test instances with the installed plugin loaded."""
 
+import json
 import os
 import shutil
 import sys
@@ -121,6 +122,30 @@ def port():
     return FakePort()
 
 
+def _option(word):
+    """``(key, value)`` of a ``key=value`` word, the value read as JSON if
+    it is (a number, a boolean), as `flux jobtap load` reads it."""
+    key, value = word.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def jobtap_list(handle):
+    """The names of the plugins loaded into the job-manager."""
+    return handle.rpc("job-manager.jobtap", {"query_only": True}).get()["plugins"]
+
+
+#: The timeout of a hold that is active across a restart, by kind of
+#: restart (the restart, with room for a busy machine, must end a second
+#: before it fires), and how long after the hold's activation the
+#: restart begins: a timer restarted from zero would fire at least LEAD
+#: seconds late, beyond SLACK.
+TIMEOUTS = {"jobtap": 8.0, "module": 10.0, "instance": 14.0, "sigkill": 14.0}
+LEAD = 3.0
+SLACK = 2.0
+
 #: The ways a test takes the gate away and brings it back (see
 #: :func:`restart`).
 RESTARTS = ("jobtap", "module", "instance", "sigkill")
@@ -142,10 +167,15 @@ def restart(inst, kind, plugin=None, options=(), dependents=False):
 
         plugin = plugin_path()
     if kind == "jobtap":
+        # Through the job-manager's RPC, as `flux jobtap` does: a command
+        # costs a second of a busy machine, and the restart must be quick.
         name = os.path.basename(plugin)
-        inst.flux("jobtap", "remove", name)
-        assert name not in inst.flux("jobtap", "list").stdout
-        inst.flux("jobtap", "load", plugin, *options)
+        with_handle = inst.handle()
+        with_handle.rpc("job-manager.jobtap", {"remove": name}).get()
+        assert name not in jobtap_list(with_handle)
+        conf = dict(_option(option) for option in options)
+        load = {"load": plugin, **({"conf": conf} if conf else {})}
+        with_handle.rpc("job-manager.jobtap", load).get()
     elif kind == "module":
         inst.flux("module", "reload", "job-manager")
         if dependents:
@@ -161,3 +191,40 @@ def restart(inst, kind, plugin=None, options=(), dependents=False):
     else:
         raise ValueError(f"{kind!r}: not one of {RESTARTS}")
     return inst.handle()
+
+
+class Restarter:
+    """An instance started the way a ``kind`` of :func:`restart` needs
+    (for ``jobtap``, the gate loaded by hand; else from the config), with
+    ``handle`` and ``gate`` (a client), which :meth:`restart` renews.
+    ``kwargs`` go to ``new_instance``."""
+
+    def __init__(self, kind, new_instance, plugin, **kwargs):
+        self.kind = kind
+        self.plugin = plugin
+        kwargs.setdefault("env", {"FLUX_DISABLE_JOB_CLEANUP": "1"})
+        if kind == "jobtap":
+            # Loaded by hand, so that remove + load is the only way back.
+            self.inst = new_instance(plugin=None, **kwargs)
+            self.inst.flux("jobtap", "load", plugin)
+        else:
+            self.inst = new_instance(**kwargs)
+        self._connect(self.inst.handle())
+
+    def _connect(self, handle):
+        from flux_epilog_gate import EpilogGate
+
+        self.handle = handle
+        self.gate = EpilogGate(handle)
+
+    def restart(self, dependents=False):
+        """Restart the gate (``dependents``: see :func:`restart`)."""
+        self.handle = self.gate = None
+        self._connect(restart(self.inst, self.kind, self.plugin, (), dependents))
+        assert "epilog-gate.so" in jobtap_list(self.handle)
+
+
+@pytest.fixture
+def restarter(new_instance, plugin):
+    """``restarter(kind, **kwargs)``: a :class:`Restarter`."""
+    return lambda kind, **kwargs: Restarter(kind, new_instance, plugin, **kwargs)
