@@ -228,3 +228,40 @@ class Restarter:
 def restarter(new_instance, plugin):
     """``restarter(kind, **kwargs)``: a :class:`Restarter`."""
     return lambda kind, **kwargs: Restarter(kind, new_instance, plugin, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def dws_so():
+    """The dws plugin (a test module may give another build of it)."""
+    from flux_epilog_gate.paths import plugin_path
+
+    return plugin_path("dws")
+
+
+@pytest.fixture
+def dws(tmp_path):
+    """``dws(inst, *options)``: the fake DWS service started against
+    ``inst`` (a :class:`dwsfake.FakeDws`), stopped at teardown."""
+    from dwsfake import FakeDws
+
+    made = []
+
+    def start(inst, *options):
+        service = FakeDws(inst, str(tmp_path), *options)
+        made.append(service)
+        return service
+
+    yield start
+    for service in made:
+        service.stop()
+
+
+@pytest.fixture
+def rabbit_instance(dws_so, new_instance):
+    """``rabbit_instance(**conf)``: an instance of 8 cores with the dws
+    plugin loaded from its config with options ``conf``."""
+
+    def make(**conf):
+        return new_instance(cores=8, plugin=dws_so, plugin_conf=conf)
+
+    return make
