@@ -11,17 +11,15 @@ import subprocess
 import sys
 
 import pytest
-import test_dws
+from dwsfake import DW, FakeDws, contexts, listed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
-from test_dws import DW, contexts
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
-dws = test_dws.dws
 GATE = plugin_path()
 DWS = plugin_path("dws")
 CLI = os.path.join(os.path.dirname(sys.executable), "flux-epilog-gate")
@@ -40,16 +38,6 @@ def instance(new_instance):
         return new_instance(cores=8, plugin=first, plugins=[(p, {}) for p in rest])
 
     return make
-
-
-def listed(inst, jobid=None):
-    """``{description: (point, state)}`` of the holds ``flux-epilog-gate
-    list`` shows (of one job, or all)."""
-    args = [CLI, "list", "--json"] + ([str(jobid)] if jobid else [])
-    proc = subprocess.run(args, env=inst.env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    holds = json.loads(proc.stdout)
-    return {h["description"]: (h["point"], h["state"]) for h in holds}
 
 
 def listed_by_column(inst):
@@ -257,7 +245,7 @@ def test_any_sequence_of_loads_and_removes_keeps_the_holds(steps, tmp_path_facto
     # service finishes the job.
     tmp = tmp_path_factory.mktemp("dws")
     with Instance(cores=8, plugin=GATE, plugins=[(DWS, {})]) as inst:
-        service = test_dws.FakeDws(inst, str(tmp), *HANG)
+        service = FakeDws(inst, str(tmp), *HANG)
         try:
             h, _, jobid = in_depend(inst, lambda *a: service)
             paths = {"gate": GATE, "dws": DWS}
