@@ -156,8 +156,7 @@ def restart(inst, kind, plugin=None, options=(), dependents=False):
     ``inst`` and bring it back, the ``kind`` way; return a new handle.
 
     ``jobtap``: removed and loaded again (with ``options``, ``key=value``
-    words; the plugin must have been loaded by hand, or loading it again
-    from the config would be refused).  ``module``: the job-manager
+    words).  ``module``: the job-manager
     reloaded (``dependents``: then the modules that talk to it too).
     ``instance``: stopped and started on its state directory.
     ``sigkill``: the whole instance SIGKILLed and started again (an
