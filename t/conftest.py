@@ -54,6 +54,14 @@ def pytest_sessionstart(session):
         )
 
 
+def discard(inst):
+    """End a test's instance and remove its directory.  Killed: what its
+    shutdown does is tested where it matters (test_shutdown*.py), and a
+    clean one costs each instance a second of a busy machine."""
+    inst.kill()
+    inst.cleanup()
+
+
 @pytest.fixture(scope="session")
 def plugin():
     from flux_epilog_gate import plugin_path
@@ -67,8 +75,10 @@ def instance(plugin):
     64 fake cores so jobs never wait for resources."""
     from flux_epilog_gate.testing import Instance
 
-    with Instance(cores=64, plugin=plugin) as inst:
-        yield inst
+    inst = Instance(cores=64, plugin=plugin)
+    inst.start()
+    yield inst
+    discard(inst)
 
 
 @pytest.fixture(scope="session")
@@ -110,8 +120,7 @@ def new_instance(plugin):
 
     yield make
     for inst in made:
-        inst.stop()
-        inst.cleanup()
+        discard(inst)
 
 
 @pytest.fixture
