@@ -76,8 +76,10 @@ demo: install
 
 # The test files run in parallel (pytest-xdist), each file on one worker
 # (its shared instances are made once); PYTEST_WORKERS=0 runs them in turn.
+# PYTEST_ARGS: more options, e.g. --durations=30.
 PYTEST_WORKERS ?= auto
-PYTEST_CHECK = $(BIN)/pytest t -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile
+PYTEST_CHECK = $(BIN)/pytest t -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile \
+	$(PYTEST_ARGS)
 
 pytest: prereq-test install
 	$(PYTEST_CHECK)
@@ -90,7 +92,7 @@ check: prereq-test install
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
 check-slow: prereq-test install
-	$(BIN)/pytest t -m slow
+	$(BIN)/pytest t -m slow $(PYTEST_ARGS)
 
 install-system: prereq
 	$(SYSTEM_INSTALL) install
