@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import discard
 from dwsfake import DW, FakeDws, contexts, listed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -229,6 +230,16 @@ def test_the_gate_alone_never_sees_a_rabbit_job(instance):
         h.rpc("job-manager.dws.list", {}).get()
 
 
+@pytest.fixture(scope="module")
+def both_loaded():
+    """An instance with both plugins loaded from its config, for every
+    example of a property (each ends with both loaded, its job ended)."""
+    inst = Instance(cores=8, plugin=GATE, plugins=[(DWS, {})])
+    inst.start()
+    yield inst
+    discard(inst)
+
+
 #: One step of a site's: remove or load one of the two plugins.
 STEP = st.tuples(st.sampled_from(["remove", "load"]), st.sampled_from(["gate", "dws"]))
 
@@ -239,30 +250,36 @@ STEP = st.tuples(st.sampled_from(["remove", "load"]), st.sampled_from(["gate", "
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(steps=st.lists(STEP, min_size=1, max_size=5))
-def test_any_sequence_of_loads_and_removes_keeps_the_holds(steps, tmp_path_factory):
+def test_any_sequence_of_loads_and_removes_keeps_the_holds(
+    steps, both_loaded, tmp_path_factory
+):
     # The gate outlives every load and remove: whichever plugins are
     # loaded, the job's holds are the same, and once both are back the
-    # service finishes the job.
+    # service finishes the job (and both are loaded for the next example).
     tmp = tmp_path_factory.mktemp("dws")
-    with Instance(cores=8, plugin=GATE, plugins=[(DWS, {})]) as inst:
-        service = FakeDws(inst, str(tmp), *HANG)
-        try:
-            h, _, jobid = in_depend(inst, lambda *a: service)
-            paths = {"gate": GATE, "dws": DWS}
-            loaded = {"gate", "dws"}
-            for action, name in steps:
-                if (action == "load") == (name in loaded):
-                    continue
-                (load if action == "load" else remove)(inst, paths[name])
-                loaded ^= {name}
-                if loaded:
-                    assert listed(inst, jobid) == IN_DEPEND, (action, name)
-            for name in {"gate", "dws"} - loaded:
-                load(inst, paths[name])
-            finish(h, service, jobid)
-            assert len(service.requests("dws.create")) == 1
-        finally:
-            service.stop()
+    inst = both_loaded
+    service = FakeDws(inst, str(tmp), *HANG)
+    paths = {"gate": GATE, "dws": DWS}
+    loaded = {"gate", "dws"}
+    try:
+        h, _, jobid = in_depend(inst, lambda *a: service)
+        for action, name in steps:
+            if (action == "load") == (name in loaded):
+                continue
+            (load if action == "load" else remove)(inst, paths[name])
+            loaded ^= {name}
+            if loaded:
+                assert listed(inst, jobid) == IN_DEPEND, (action, name)
+        for name in {"gate", "dws"} - loaded:
+            load(inst, paths[name])
+            loaded.add(name)
+        finish(h, service, jobid)
+        assert len(service.requests("dws.create")) == 1
+    finally:
+        service.stop()
+        # Whatever failed, the next example finds both loaded.
+        for name in {"gate", "dws"} - loaded:
+            load(inst, paths[name])
 
 
 def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):
