@@ -62,9 +62,13 @@ through a *port*, an object with these methods (the real one is
     read the job's eventlog without blocking; later call
     ``callback(events, error)`` exactly once: a list of ``(timestamp,
     name, context)``, or None and an OSError
+``read_kvs(key, callback)``
+    read KVS key ``key`` without blocking; later call ``callback(data,
+    error)`` exactly once: its bytes, or None and an OSError
 ``send_activation(sink, activation)``
     send one response (a dict ``{id, description, userid, ran, point[,
-    aborted]}``) to a watcher; returns False if the watcher is gone
+    aborted]}``, or a lost hold's, see :mod:`.lostrecord`) to a watcher;
+    returns False if the watcher is gone
 ``end_watch(sink, errnum, text)``
     end a watcher's stream with an error
 ``log(level, text)``
@@ -105,8 +109,10 @@ concern and are handed, when the gate is made, the others they call
                    and the eventlog
 ``reload``         :class:`Reload`: going from one plugin instance to the
                    next
-``lost``           :class:`Losses`: pending holds whose job went inactive
-                   without them
+``lost``           :class:`Losses`: holds that ended without becoming
+                   active, whose job will never reach their point
+``lostrecord``     :class:`LostRecord`: lost holds not yet delivered to a
+                   service (watch ``lost``, the dws plugin), durable
 ``listeners``      :class:`Listeners`: in-process users of the gate (the
                    dws plugin)
 ``counters``       :class:`Counters`: what ``stats`` reports
@@ -129,6 +135,7 @@ from .jobs import GoneLog, Job, JobTable
 from .lifecycle import Lifecycle
 from .listeners import Listeners
 from .lost import Losses
+from .lostrecord import LostRecord
 from .prolog import PrologPoint
 from .recovery import PROGRESS_EVENTS, Recovery
 from .reload import Reload
@@ -180,13 +187,17 @@ class Gate:
         self.jobs = jobs = JobTable(port, config.gone_limit)
         self.holdlog = holdlog = HoldLog(port, jobs)
         self.timeouts = timeouts = Timeouts(port)
-        self.watching = watchers = Watchers(port, config, jobs)
+        #: Lost holds not yet delivered to a service, durable.
+        self.lost_record = LostRecord(port)
+        self.watching = watchers = Watchers(port, config, jobs, self.lost_record)
         self.annotations = annotations = Annotations(port, config)
-        self.losses = Losses(port, jobs, holdlog, self.stats)
         #: In-process users of the gate (the dws plugin): each is told
-        #: ``activated(hold)``, and of a held job ``exception(id,
-        #: context)`` (a job exception) and ``inactive(id)``.
+        #: ``activated(hold)``, ``lost(hold)``, and of a held job
+        #: ``exception(id, context)`` (a job exception) and ``inactive(id)``.
         self.listeners = Listeners(port)
+        self.losses = Losses(
+            port, jobs, holdlog, self.stats, self.lost_record, watchers, self.listeners
+        )
         self.lifecycle = lifecycle = Lifecycle(
             port,
             jobs,
@@ -348,9 +359,11 @@ class Gate:
         """Register the holds that configured rules give a new job."""
         self.requests.apply_rules(jobid, attributes)
 
-    def watch(self, sink, descriptions=None, userid=None, points=None):
-        """Add a watcher; it is first sent every hold already active."""
-        self.watching.watch(sink, descriptions, userid, points)
+    def watch(self, sink, descriptions=None, userid=None, points=None, lost=False):
+        """Add a watcher; it is first sent every hold already active (with
+        ``lost``, first every lost hold not yet delivered, then each as it
+        is lost)."""
+        self.watching.watch(sink, descriptions, userid, points, lost)
 
     def unwatch(self, match):
         """Drop watchers whose sink satisfies ``match(sink)``; return count."""
@@ -461,6 +474,7 @@ class Gate:
         ):
             part.port = port
         self.holdlog.resume(port)
+        self.lost_record.resume(port)
 
     def reconfigure(self, config):
         """Apply a new configuration to holds registered from now on."""

@@ -569,6 +569,7 @@ class EpilogGatePlugin(GateDriver):
                 watchers=len(gate.watchers),
                 pending=gate.holdlog.waiting(),
                 gone=len(gate.gone),
+                lost_undelivered=len(gate.lost_record),
                 log_commits=gate.holdlog.commits,
                 log_segment=gate.holdlog.segment,
                 gc_freezes=FREEZER.freezes,
@@ -649,11 +650,19 @@ class EpilogGatePlugin(GateDriver):
         payload = payload if payload is not None else {}
         descriptions = protocol.parse_watch(payload)
         points = protocol.parse_watch_points(payload)
+        lost = protocol.parse_watch_lost(payload)
+        if lost and not request.owner:
+            # Delivering a lost hold takes it from the services that wait
+            # for it: the owner's alone.
+            raise GateError(
+                errno.EPERM, "watch: only the instance owner may watch lost holds"
+            )
         self.gate.watch(
             request.keep(),
             descriptions,
             userid=None if request.owner else request.userid,
             points=points,
+            lost=lost,
         )
 
     @request("watch-ack", guests=True)

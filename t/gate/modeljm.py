@@ -582,6 +582,20 @@ class JobtapPort:
         (:meth:`FakeInstance.answer_read`)."""
         self.jm.reads.append((self, jobid, callback))
 
+    def read_kvs(self, key, callback):
+        """As Jobtap.read_kvs, answered at once from what the KVS has
+        applied (an eventlog as its text)."""
+        value = self.jm.kvs.data.get(key)
+        if value is None:
+            callback(None, _oserror(errno.ENOENT))
+            return
+        if isinstance(value, tuple):
+            value = "".join(
+                json.dumps({"timestamp": t, "name": name, "context": context}) + "\n"
+                for t, name, context in value
+            )
+        callback(value.encode(), None)
+
 
 class Sink:
     """A watch stream: what it received, and whether it is still open."""
