@@ -13,9 +13,13 @@ its memory alone, and the next job-manager replays that.
 """
 
 import json
+import os
+import subprocess
+import sys
 
+import flux.job
 import pytest
-from jobs import dmesg, query, submit
+from jobs import described, dmesg, query, submit, wait_event
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.jobid import f58
@@ -79,3 +83,79 @@ def test_holds_of_a_job_dropped_at_restart_are_lost_loudly(new_instance, kind, h
     inst.flux("module", "reload", "job-manager")
     assert query(inst)["counters"]["lost"] == 0
     assert len(dmesg(inst, f"hold bb of job {f58(dropped)} was lost")) == 1
+
+
+#: ``flux-epilog-gate``, run from the installed package.
+CLI = "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())"
+
+
+def cli_watch(inst, *args):
+    done = subprocess.run(
+        [sys.executable, "-c", CLI, "watch", *args],
+        env=inst.env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def python_watch(inst, *args):
+    """What ``watch(args, lost=True)`` yields first, up to an active hold
+    (which comes after every lost one)."""
+    gate = EpilogGate(inst.handle())
+    lines = []
+    for hold in gate.watch(list(args), lost=True, reconnect=0):
+        lines.append(hold)
+        if not hold.get("lost"):
+            break
+    return lines
+
+
+@pytest.mark.parametrize("client", ["python", "cli"])
+def test_watch_lost_delivers_each_lost_hold_once(new_instance, client):
+    """Lost holds wait, across job-manager restarts, for a watcher that
+    asks for them; each is sent once, before the holds already active."""
+    inst = new_instance()
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    dropped = submit(handle, urgency=0)
+    active = submit(handle, urgency=0)
+    gate.hold(dropped, "bb")
+    gate.hold(dropped, "setup", point="prolog")
+    gate.hold(dropped, "other")
+    gate.hold(active, "bb")
+    damage(inst, dropped, "submit-only")
+    new_job_manager(inst, "module")
+    # Undelivered, they survive the next job-manager too.
+    new_job_manager(inst, "module")
+    assert query(inst)["counters"]["lost_undelivered"] == 3
+    handle = inst.handle()
+    flux.job.cancel(handle, active)
+    wait_event(handle, active, "epilog-start", match=described("bb"))
+
+    if client == "python":
+        first = python_watch(inst, "bb", "setup")
+        assert [(h["id"], h["description"], h.get("lost")) for h in first] == [
+            (dropped, "bb", True),
+            (dropped, "setup", True),
+            (active, "bb", None),
+        ]
+        assert first[1]["point"] == "prolog" and first[0]["userid"] == os.getuid()
+        assert first[0]["reason"].startswith("lost: flux-core dropped the job")
+        assert [h["id"] for h in python_watch(inst, "bb", "setup")] == [active]
+    else:
+        first = cli_watch(inst, "--lost", "--count", "3", "bb", "setup")
+        assert first[0].startswith(f"{f58(dropped)} bb userid={os.getuid()} lost ")
+        assert first[1].startswith(f"{f58(dropped)} setup userid=")
+        assert " lost prolog: lost: flux-core dropped" in first[1]
+        assert first[2].startswith(f"{f58(active)} bb ")
+        again = cli_watch(inst, "--lost", "--count", "1", "bb", "setup")
+        assert again == [first[2]]
+    # "other" was not watched: it still waits, alone, across a restart.
+    new_job_manager(inst, "module")
+    assert query(inst)["counters"]["lost_undelivered"] == 1
+    other, rest = python_watch(inst)
+    assert (other["description"], rest["id"]) == ("other", active)
+    assert query(inst)["counters"]["lost_undelivered"] == 0

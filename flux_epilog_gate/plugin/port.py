@@ -173,6 +173,9 @@ class GatePort(Jobtap):
 
     def send_activation(self, msg, activation):
         """Send one ``watch`` response; False if that failed."""
+        if "lost" in activation:
+            # A lost hold (seldom), of its own shape.
+            return self.send(msg, activation)
         return (
             self._respond_watch(
                 self.h,
