@@ -16,6 +16,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import flux.job
 import pytest
@@ -39,6 +40,13 @@ def damage(inst, jobid, how):
     first = inst.flux("kvs", "get", key).stdout.splitlines()[0]
     assert json.loads(first)["name"] == "submit"
     inst.flux("kvs", "put", "--raw", f"{key}=-", input=first + "\n")
+
+
+def wait_until(predicate, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
 
 
 def new_job_manager(inst, how):
@@ -70,7 +78,8 @@ def test_holds_of_a_job_dropped_at_restart_are_lost_loudly(new_instance, kind, h
     assert dmesg(inst, f"{f58(dropped)} not replayed"), "the job was not dropped"
     assert any(DAMAGE[kind] in line for line in dmesg(inst, "not replayed"))
     assert [(h["id"], h["description"]) for h in gate.list()] == [(kept, "bb")]
-    assert query(inst)["counters"]["lost"] == 2
+    # Reported once the eventlog reads of the load answer.
+    wait_until(lambda: query(inst)["counters"]["lost"] == 2)
     for description in ("bb", "setup"):
         (line,) = dmesg(inst, f"hold {description} of job {f58(dropped)} was lost")
         assert ".err[" in line and "job-lost+found" in line, line
@@ -81,6 +90,7 @@ def test_holds_of_a_job_dropped_at_restart_are_lost_loudly(new_instance, kind, h
     assert dmesg(inst, "is not known") == []
     # Reported once: the next job-manager does not report them again.
     inst.flux("module", "reload", "job-manager")
+    EpilogGate(inst.handle()).list()
     assert query(inst)["counters"]["lost"] == 0
     assert len(dmesg(inst, f"hold bb of job {f58(dropped)} was lost")) == 1
 
@@ -101,10 +111,11 @@ def cli_watch(inst, *args):
     return done.stdout.splitlines()
 
 
-def python_watch(inst, *args):
+def python_watch(gate, *args):
     """What ``watch(args, lost=True)`` yields first, up to an active hold
-    (which comes after every lost one)."""
-    gate = EpilogGate(inst.handle())
+    (which comes after every lost one).  Once it returns, a request of
+    ``gate`` is answered after its acknowledgements are taken (they go
+    first, on the same connection)."""
     lines = []
     for hold in gate.watch(list(args), lost=True, reconnect=0):
         lines.append(hold)
@@ -130,13 +141,14 @@ def test_watch_lost_delivers_each_lost_hold_once(new_instance, client):
     new_job_manager(inst, "module")
     # Undelivered, they survive the next job-manager too.
     new_job_manager(inst, "module")
-    assert query(inst)["counters"]["lost_undelivered"] == 3
+    wait_until(lambda: query(inst)["counters"]["lost_undelivered"] == 3)
     handle = inst.handle()
     flux.job.cancel(handle, active)
     wait_event(handle, active, "epilog-start", match=described("bb"))
 
     if client == "python":
-        first = python_watch(inst, "bb", "setup")
+        gate = EpilogGate(handle)
+        first = python_watch(gate, "bb", "setup")
         assert [(h["id"], h["description"], h.get("lost")) for h in first] == [
             (dropped, "bb", True),
             (dropped, "setup", True),
@@ -144,7 +156,9 @@ def test_watch_lost_delivers_each_lost_hold_once(new_instance, client):
         ]
         assert first[1]["point"] == "prolog" and first[0]["userid"] == os.getuid()
         assert first[0]["reason"].startswith("lost: flux-core dropped the job")
-        assert [h["id"] for h in python_watch(inst, "bb", "setup")] == [active]
+        assert [h["id"] for h in python_watch(gate, "bb", "setup")] == [active]
+        gate.list()
+        assert query(inst)["counters"]["lost_undelivered"] == 1
     else:
         first = cli_watch(inst, "--lost", "--count", "3", "bb", "setup")
         assert first[0].startswith(f"{f58(dropped)} bb userid={os.getuid()} lost ")
@@ -153,9 +167,12 @@ def test_watch_lost_delivers_each_lost_hold_once(new_instance, client):
         assert first[2].startswith(f"{f58(active)} bb ")
         again = cli_watch(inst, "--lost", "--count", "1", "bb", "setup")
         assert again == [first[2]]
+        assert query(inst)["counters"]["lost_undelivered"] == 1
     # "other" was not watched: it still waits, alone, across a restart.
     new_job_manager(inst, "module")
-    assert query(inst)["counters"]["lost_undelivered"] == 1
-    other, rest = python_watch(inst)
+    wait_until(lambda: query(inst)["counters"]["lost_undelivered"] == 1)
+    gate = EpilogGate(inst.handle())
+    other, rest = python_watch(gate)
     assert (other["description"], rest["id"]) == ("other", active)
+    gate.list()
     assert query(inst)["counters"]["lost_undelivered"] == 0

@@ -444,6 +444,7 @@ class Gate:
         """The plugin is going away (see :meth:`Reload.suspend
         <flux_epilog_gate.gate.reload.Reload.suspend>`)."""
         self.reload.suspend()
+        self.lost_record.suspend()
 
     def retrack(self, jobid, state):
         """job.new for a job the gate already knows, after a reload;

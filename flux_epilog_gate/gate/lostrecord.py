@@ -143,6 +143,21 @@ class LostRecord:
         if self.items.pop(key, None) is not None:
             self._write()
 
+    def suspend(self):
+        """The plugin is going away: the record as it is now goes at once,
+        answered to nobody (the KVS applies it after the commit in flight,
+        if any); the next plugin instance writes it again (:meth:`resume`)."""
+        if self._timer is not None:
+            self._timer.stop()
+            self._timer = None
+        if not (self._dirty or self._writing or self._waiting):
+            return
+        self._dirty = True
+        try:
+            self.port.kvs_commit(KEY, self._text(), False, _ignored, sync=True)
+        except Exception:  # noqa: BLE001 - the next instance writes it again
+            pass
+
     def resume(self, port):
         """The next plugin instance takes the record over: what the
         previous one could not confirm is written again."""
@@ -161,14 +176,16 @@ class LostRecord:
             return
         self._writing, self._dirty = True, False
         self._inflight, self._waiting = self._waiting, []
-        text = "".join(
+        try:
+            self.port.kvs_commit(KEY, self._text(), False, self._written, sync=True)
+        except Exception as exc:  # noqa: BLE001 - written again later
+            self._written(exc)
+
+    def _text(self):
+        return "".join(
             json.dumps(entry, separators=(",", ":")) + "\n"
             for entry in self.items.values()
         )
-        try:
-            self.port.kvs_commit(KEY, text, False, self._written, sync=True)
-        except Exception as exc:  # noqa: BLE001 - written again later
-            self._written(exc)
 
     def _written(self, error):
         self._writing = False
@@ -189,3 +206,7 @@ class LostRecord:
     def _retry(self):
         self._timer = None
         self._write()
+
+
+def _ignored(error):
+    """The answer to the record sent as the plugin goes away."""
