@@ -62,7 +62,7 @@ class Reason(StrEnum):
     #: A hold of a job that flux-core dropped at a restart (not replayed).
     LOST_DROPPED = (
         "lost: flux-core dropped the job as the instance restarted (not "
-        "replayed): it will never reach its epilog"
+        "replayed): it will never reach the hold's point"
     )
     #: A hold the hold log gives a job past the most it can have.
     LOST_LIMIT = "lost: the job had more holds than a job can have"
