@@ -50,17 +50,22 @@ def wait_until(predicate, timeout=10.0):
 
 
 def new_job_manager(inst, how):
-    """A new job-manager replays the KVS: a module reload, or a restart
-    of the instance."""
+    """A new job-manager replays the KVS: a module reload, a restart of
+    the instance, or a SIGKILL of the broker (what is checkpointed then
+    kept) and a restart."""
     if how == "module":
         inst.flux("module", "reload", "job-manager")
-    else:
+    elif how == "instance":
         inst.stop()
+        inst.start()
+    else:
+        inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
+        inst.kill()
         inst.start()
     return inst.handle()
 
 
-@pytest.mark.parametrize("how", ["module", "instance"])
+@pytest.mark.parametrize("how", ["module", "instance", "sigkill"])
 @pytest.mark.parametrize("kind", sorted(DAMAGE))
 def test_holds_of_a_job_dropped_at_restart_are_lost_loudly(new_instance, kind, how):
     inst = new_instance()
