@@ -89,8 +89,8 @@ class Losses:
     (:meth:`check_unseen`, after a load into a new job-manager).
     """
 
-    def __init__(self, port, jobs, holdlog, stats, record, watchers, listeners):
-        self.port = port
+    def __init__(self, context, jobs, holdlog, stats, record, watchers, listeners):
+        self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.stats = stats
@@ -131,7 +131,7 @@ class Losses:
         # Counted before any is read: an answer may come at once.
         self._reading += len(unseen)
         for jobid, live in unseen:
-            self.port.read_eventlog(
+            self.context.port.read_eventlog(
                 jobid,
                 lambda events, error, jobid=jobid, live=live: self.ended(
                     jobid, live, events, error
@@ -159,7 +159,7 @@ class Losses:
     def _check_ended(self, jobid, live, events, error):
         pending = sorted(d for d, point in live.items() if point == EPILOG)
         if error is not None:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"job {f58(jobid)}: eventlog lookup: {error}: its holds "
                 f"{', '.join(sorted(live))} were not checked",
@@ -168,7 +168,7 @@ class Losses:
         # The job-manager's word, not the eventlog's: the clean it posts
         # as it restarts may not be committed yet.
         try:
-            state, _ = self.port.job_info(jobid)
+            state, _ = self.context.port.job_info(jobid)
         except OSError:
             state = INACTIVE
         if state != INACTIVE or jobid in self.jobs:
@@ -182,7 +182,7 @@ class Losses:
         userid = _userid(events)
         for description in pending:
             if description not in started:
-                hold = Hold(jobid, description, userid, self.port.now())
+                hold = Hold(jobid, description, userid, self.context.port.now())
                 self._lost(hold, ran=ran)
 
     # A job with no eventlog
@@ -197,7 +197,7 @@ class Losses:
             if error is None:
                 self._dropped_found(jobid, live, where, _userid(_events(data)))
             else:
-                self.port.read_kvs(f"{where}.jobspec", jobspec)
+                self.context.port.read_kvs(f"{where}.jobspec", jobspec)
 
         def jobspec(data, error):
             if error is None:
@@ -208,7 +208,7 @@ class Losses:
                 self._read_one()
 
         try:
-            self.port.read_kvs(f"{where}.eventlog", eventlog)
+            self.context.port.read_kvs(f"{where}.eventlog", eventlog)
         except Exception as exc:  # noqa: BLE001 - counted, and the load goes on
             self._reading = max(self._reading - 1, 0)
             self._check_ended(jobid, live, None, exc)
@@ -223,7 +223,9 @@ class Losses:
                 return
             why = f"{DROPPED} (its data is in {where})"
             for description, point in sorted(live.items()):
-                hold = Hold(jobid, description, userid, self.port.now(), point=point)
+                hold = Hold(
+                    jobid, description, userid, self.context.port.now(), point=point
+                )
                 self._lost(hold, why, Reason.LOST_DROPPED)
         finally:
             self._read_one()
@@ -232,7 +234,7 @@ class Losses:
         self._unknown += 1
         if self._unknown > UNKNOWN_LOGGED:
             return
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_WARNING,
             f"job {f58(jobid)} is named in the hold log but has no "
             "eventlog, nor one in job-lost+found (purged): what "
@@ -243,7 +245,7 @@ class Losses:
         """Every eventlog read has answered: say how many jobs with no
         eventlog were not named."""
         if self._unknown > UNKNOWN_LOGGED:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_WARNING,
                 f"{self._unknown - UNKNOWN_LOGGED} more jobs ({self._unknown} in "
                 "all) are named in the hold log but have no eventlog: what "
@@ -266,7 +268,7 @@ class Losses:
 
     def _lost(self, hold, why=WHY, reason=Reason.LOST, ran=False):
         self.stats["lost"] += 1
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR,
             f"hold {hold.description} of job {f58(hold.id)} was lost: {why}",
         )

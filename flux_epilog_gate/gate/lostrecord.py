@@ -53,7 +53,7 @@ def parse(data):
     that are not entries (by number)."""
     entries, bad = [], []
     text = data.decode("utf-8", "replace") if data else ""
-    for number, line in enumerate(text.splitlines(), 1):
+    for number, line in enumerate(text.split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -81,14 +81,14 @@ class LostRecord:
     """Lost holds not yet delivered, by ``(id, description)``, and their
     durable record.
 
-    Owns the entries and the KVS key.  Calls the port's ``kvs_commit``,
+    Owns the entries and the KVS key.  Calls the context's port's ``kvs_commit``,
     ``timer`` and ``log``.  Called by the losses (:meth:`add`), the
     watchers (:meth:`entries`, :meth:`delivered`), the in-process
     listeners (through the gate) and the loader (:meth:`found`).
     """
 
-    def __init__(self, port):
-        self.port = port
+    def __init__(self, context):
+        self.context = context
         self.items = OrderedDict()
         # Writes: one in flight at a time; a change meanwhile writes again.
         self._writing = False
@@ -110,7 +110,7 @@ class LostRecord:
         or None): keep its entries."""
         entries, bad = parse(data)
         for number in bad[:5]:
-            self.port.log(syslog.LOG_ERR, f"{KEY}: line {number} skipped")
+            self.context.port.log(syslog.LOG_ERR, f"{KEY}: line {number} skipped")
         for entry in entries[-MAX_KEPT:]:
             self.items[(entry["id"], entry["description"])] = entry
         if bad:
@@ -125,7 +125,7 @@ class LostRecord:
         self.items[key] = entry
         while len(self.items) > MAX_KEPT:
             (jobid, description), _ = self.items.popitem(last=False)
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"lost hold {description} of job {f58(jobid)} dropped "
                 f"undelivered: more than {MAX_KEPT} lost holds wait for a "
@@ -154,14 +154,13 @@ class LostRecord:
             return
         self._dirty = True
         try:
-            self.port.kvs_commit(KEY, self._text(), False, _ignored, sync=True)
+            self.context.port.kvs_commit(KEY, self._text(), False, _ignored, sync=True)
         except Exception:  # noqa: BLE001 - the next instance writes it again
             pass
 
-    def resume(self, port):
+    def resume(self):
         """The next plugin instance takes the record over: what the
         previous one could not confirm is written again."""
-        self.port = port
         self._timer = None
         self._writing = False
         self._waiting[:0], self._inflight = self._inflight, []
@@ -177,7 +176,9 @@ class LostRecord:
         self._writing, self._dirty = True, False
         self._inflight, self._waiting = self._waiting, []
         try:
-            self.port.kvs_commit(KEY, self._text(), False, self._written, sync=True)
+            self.context.port.kvs_commit(
+                KEY, self._text(), False, self._written, sync=True
+            )
         except Exception as exc:  # noqa: BLE001 - written again later
             self._written(exc)
 
@@ -191,12 +192,12 @@ class LostRecord:
         self._writing = False
         done, self._inflight = self._inflight, []
         if error is not None:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR, f"{KEY}: commit failed: {error}: writing it again"
             )
             self._waiting[:0] = done
             self._dirty = True
-            self._timer = self.port.timer(RETRY, self._retry)
+            self._timer = self.context.port.timer(RETRY, self._retry)
             return
         for callback in done:
             callback()

@@ -127,9 +127,8 @@ class Watchers:
     hold active or aborted (the lifecycle, the points, recovery).
     """
 
-    def __init__(self, port, config, jobs, record=None):
-        self.port = port
-        self.config = config
+    def __init__(self, context, jobs, record=None):
+        self.context = context
         self.jobs = jobs
         #: The record of lost holds not yet delivered
         #: (:class:`~flux_epilog_gate.gate.lostrecord.LostRecord`).
@@ -213,7 +212,7 @@ class Watchers:
 
     def _offer_lost(self, watcher, entry):
         """As :meth:`_offer`, for a lost hold (seldom: by the slow path)."""
-        backlog = self.config.watch_backlog
+        backlog = self.context.config.watch_backlog
         if watcher.queue or watcher.unacknowledged >= watcher.window(backlog):
             watcher.queue.append(entry)
             if watcher.behind > backlog:
@@ -223,14 +222,14 @@ class Watchers:
 
     def _offer(self, watcher, payload):
         """Send ``payload`` to ``watcher``, or queue it behind what waits."""
-        backlog = self.config.watch_backlog
+        backlog = self.context.config.watch_backlog
         # watcher.unacknowledged >= watcher.window(backlog) and _send(),
         # written out: this runs for every activation.
         if watcher.queue or watcher.sent - watcher.acked >= min(WINDOW, backlog):
             watcher.queue.append(payload)
             if watcher.behind > backlog:
                 self._end_behind(watcher)
-        elif self.port.send_activation(watcher.sink, payload):
+        elif self.context.port.send_activation(watcher.sink, payload):
             watcher.sent += 1
         else:
             self._drop(watcher)
@@ -238,7 +237,7 @@ class Watchers:
     def _drain(self, watcher):
         """Send what waits while the stream has room."""
         queue = watcher.queue
-        window = watcher.window(self.config.watch_backlog)
+        window = watcher.window(self.context.config.watch_backlog)
         while queue and watcher.unacknowledged < window:
             item = queue.popleft()
             if watcher.initial:
@@ -257,7 +256,7 @@ class Watchers:
                 return
 
     def _send(self, watcher, payload):
-        if self.port.send_activation(watcher.sink, payload):
+        if self.context.port.send_activation(watcher.sink, payload):
             watcher.sent += 1
             if "lost" in payload:
                 key = (payload["id"], payload["description"])
@@ -269,14 +268,14 @@ class Watchers:
     def _end_behind(self, watcher):
         """End the stream of a client that does not read (its memory goes
         with it)."""
-        bound = self.config.watch_backlog
-        self.port.end_watch(
+        bound = self.context.config.watch_backlog
+        self.context.port.end_watch(
             watcher.sink,
             errno.ENOBUFS,
             f"watch: more than {bound} activations not acknowledged "
             f"(watch-backlog={bound}): the watcher fell behind; watch again",
         )
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_WARNING,
             f"ended a watch stream that fell behind (watch-backlog={bound})",
         )
