@@ -346,9 +346,17 @@ def cmd_snapshot(args):
 def cmd_watch(args):
     remaining = args.count
     points = [args.point] if args.point else None
-    for hold in EpilogGate(flux.Flux()).watch(args.descriptions, points=points):
+    gate = EpilogGate(flux.Flux())
+    for hold in gate.watch(args.descriptions, points=points, lost=args.lost):
         if args.json:
             print(json.dumps(hold), flush=True)
+        elif hold.get("lost"):
+            print(
+                f"{flux_jobid(hold['id']).f58} {hold['description']} "
+                f"userid={hold['userid']} lost {hold.get('point', 'epilog')}: "
+                f"{hold['reason']}",
+                flush=True,
+            )
         else:
             ran = "ran" if hold["ran"] else "never-ran"
             # An epilog hold's line is as it always was.
@@ -533,6 +541,12 @@ def parser():
         "--point",
         choices=("epilog", "prolog", "depend"),
         help="only holds at this point",
+    )
+    p.add_argument(
+        "--lost",
+        action="store_true",
+        help="also print, once each, every hold lost without becoming active "
+        "(the instance owner only)",
     )
     p.add_argument(
         "-c", "--count", type=count, metavar="N", help="exit after N holds (N >= 1)"

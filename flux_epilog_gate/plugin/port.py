@@ -42,6 +42,7 @@ SERVED = {
     "posted": "jobs.posted",
     "cancel": "jobs.cancel",
     "read_eventlog": "kvs.read_eventlog",
+    "read_kvs": "kvs.read",
     "kvs_commit": "kvs.commit",
     "kvs_commit_ops": "kvs.commit_ops",
     "kvs_lookup_treeobj": "kvs.lookup_treeobj",
@@ -217,6 +218,9 @@ class GatePort:
 
     def send_activation(self, msg, activation):
         """Send one ``watch`` response; False if that failed."""
+        if "lost" in activation:
+            # A lost hold (seldom), of its own shape.
+            return self.jobtap.messages.send(msg, activation)
         return (
             self._respond_watch(
                 self.jobtap.h,
