@@ -78,6 +78,12 @@ def columns_answer(holds):
     )
 
 
+def entry(hold):
+    """The hold's list entry, as JSON text: :meth:`Hold.to_dict
+    <flux_epilog_gate.gate.holds.Hold.to_dict>` as ``list`` answers it."""
+    return entries((hold,))[0]
+
+
 def entries(holds):
     """Each hold's list entry, as JSON text."""
     quoted = _Quoted()
