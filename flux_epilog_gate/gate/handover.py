@@ -47,7 +47,7 @@ class Handover:
             self.commit.prefix = "\n"
         elif not size:
             # A log begun anew says its format.
-            self.commit.prefix = format_entry(self.log.port.now())
+            self.commit.prefix = format_entry(*self.log.port.stamp())
         self.compaction.found(size, base, last)
         self.segments.found(last)
 

@@ -55,10 +55,11 @@ def hold_entry(hold):
     return _line(t, HOLD_EVENT, context, text)
 
 
-def format_entry(timestamp):
+def format_entry(timestamp, text=None):
     """The log line that says the log's format (:data:`FORMAT`): the
-    first of every snapshot, and of a log begun anew."""
-    return _line(timestamp, FORMAT_EVENT, {"version": FORMAT})
+    first of every snapshot, and of a log begun anew; ``text``:
+    ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
+    return _line(timestamp, FORMAT_EVENT, {"version": FORMAT}, text)
 
 
 def cancel_entry(hold, timestamp, text=None):

@@ -264,10 +264,10 @@ class SnapshotWriter:
         key must be replaced at once), sent; else False, and either
         :attr:`in_parts` is set (its first part is next) or a job is
         being recovered (no snapshot now)."""
-        now = self.port.now()
+        now, text = self.port.stamp()
         self.forget_releases(now)
         releases = deque(line for _, line in self.kept_releases)
-        snap = Snapshot(self.jobs, releases, format_entry(now))
+        snap = Snapshot(self.jobs, releases, format_entry(now, text))
         limit = float("inf") if self.replacing else self.chunk
         try:
             lines = snap.take(limit)
