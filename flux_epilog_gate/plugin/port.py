@@ -72,7 +72,8 @@ class GatePort:
         for name, path in SERVED.items():
             setattr(self, name, served(jobtap, path))
         lib, ffi = jobtap.lib, jobtap.ffi
-        # Called for every held job: bound once (see Jobtap.__init__).
+        # Called for every held job: bound once (a lookup on the library
+        # costs more than the attribute).
         self._post_start = lib.gate_post_start
         self._post_finish = lib.gate_post_finish
         self._answer_hold = lib.gate_answer_hold

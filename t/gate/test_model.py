@@ -239,6 +239,10 @@ class GateModel(RuleBasedStateMachine):
         self.driver = Driver(self.jm, carried, self.violations)
         try:
             self.driver.commit()
+            if self.driver.load.first:
+                # The first load's mark of the KVS, sent before any job
+                # exists: the KVS has applied it by the first step.
+                self.jm.kvs.apply_next()
             self.driver.announce()
             # The load timer (0 s) fires on the next turn of the reactor.
             self.advance(0.0)
