@@ -4,26 +4,16 @@ epilog: dws.so tells the service as flux-coral2's C plugin ends a
 workflow, with one ``dws.teardown`` for the job, so nothing stays
 stranded; and not again at the next load."""
 
-import os
-
-import pytest
-import test_dws
+from dwsfake import DW
 from jobs import described, dmesg, submit, wait_event, wait_inactive
-from test_dws import DW
 from test_lost_dropped import damage, wait_until
 
 from flux_epilog_gate.gate.lostrecord import KEY
 from flux_epilog_gate.jobid import f58
 from flux_epilog_gate.paths import plugin_path
 
-dws, rabbit_instance = test_dws.dws, test_dws.rabbit_instance
-
-PLUGIN = os.environ.get("DWS_PLUGIN") or plugin_path("dws")
-
-
-@pytest.fixture
-def dws_so():
-    return PLUGIN
+#: The dws plugin, loaded at run time where the gate alone is configured.
+PLUGIN = plugin_path("dws")
 
 
 def reload_job_manager(inst):

@@ -181,3 +181,28 @@ def test_watch_lost_delivers_each_lost_hold_once(new_instance, client):
     assert (other["description"], rest["id"]) == ("other", active)
     gate.list()
     assert query(inst)["counters"]["lost_undelivered"] == 0
+
+
+def test_watch_lost_delivers_a_hold_lost_while_the_plugin_was_removed(
+    new_instance, plugin
+):
+    """The other way a hold is lost: its job went inactive while no gate
+    was loaded.  A watcher of lost holds gets it too, with its reason."""
+    inst = new_instance(plugin=None)
+    inst.flux("jobtap", "load", plugin)
+    handle = inst.handle()
+    job = submit(handle, urgency=0)
+    EpilogGate(handle).hold(job, "bb")
+    inst.flux("jobtap", "remove", "epilog-gate.so")
+    flux.job.cancel(handle, job)
+    wait_event(handle, job, "clean")
+    inst.flux("jobtap", "load", plugin)
+
+    gate = EpilogGate(inst.handle())
+    future = gate.watch_async(["bb"], lost=True)
+    lost = future.get()
+    assert (lost["id"], lost["description"], lost["lost"]) == (job, "bb", True)
+    assert (
+        lost["reason"] == "lost: the job went inactive before epilog-gate could hold it"
+    )
+    assert lost["ran"] is False
