@@ -66,6 +66,10 @@ class Requests:
             and self.holdlog.waiting() >= self.context.config.max_pending
         ):
             self._refuse_busy("hold")
+        if done is not None and self.holdlog.refused is not None:
+            # Before the hold is in force: placed, it could post its
+            # point's start event, then its end when the record fails.
+            raise GateError(errno.EPROTO, f"hold: {self.holdlog.refused}")
         job = self.jobs.get(jobid)
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)

@@ -1,0 +1,72 @@
+"""A hold asked of a gate that refused its hold log (a newer format)
+changes nothing, under a real broker.
+
+The gate loaded over a log of a newer format takes no hold: a ``hold``
+request is refused with the reason.  Refused means refused before the
+hold is in force: a job in CLEANUP must not be given an ``epilog-start``
+(and at once an ``epilog-finish``) for a hold that is never recorded.
+"""
+
+import json
+
+import pytest
+from jobs import dmesg, eventlog, hold_log, submit, wait_event
+
+from flux_epilog_gate import EpilogGate
+from flux_epilog_gate.gate.holdlog import KEY
+from flux_epilog_gate.gate.logparse import FORMAT, FORMAT_EVENT
+
+
+@pytest.fixture(scope="module")
+def inst(plugin):
+    """An instance whose job cleanup step is off, so that a job can stay
+    in CLEANUP, with the gate loaded from its config."""
+    from conftest import discard
+
+    from flux_epilog_gate.testing import Instance
+
+    made = Instance(cores=8, plugin=plugin)
+    made.start()
+    yield made
+    discard(made)
+
+
+def restart_over(inst, text):
+    """Stop the instance, make ``text`` its hold log and start it again
+    (a gate kept in the job-manager across a plugin reload would not
+    read the log again)."""
+    inst.flux("jobtap", "remove", "epilog-gate.so")
+    inst.flux("kvs", "put", "--raw", f"{KEY}=-", input=text)
+    inst.stop()
+    inst.start()
+    return inst.handle(), EpilogGate(inst.handle())
+
+
+def test_a_hold_refused_for_the_log_posts_nothing(inst):
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = submit(handle)
+    gate.hold(jobid, "keep")
+    wait_event(handle, jobid, "epilog-start")
+    newer = json.dumps(
+        {"timestamp": 1.7e9, "name": FORMAT_EVENT, "context": {"version": FORMAT + 1}}
+    )
+    written = hold_log(inst)
+    handle, gate = restart_over(inst, newer + "\n" + written)
+
+    with pytest.raises(OSError, match=f"format {FORMAT + 1}"):
+        gate.hold(jobid, "refused")
+    assert gate.list() == []
+
+    # The build that reads the log finds its hold, and the job ends:
+    # its whole eventlog is then known.
+    handle, gate = restart_over(inst, written)
+    gate.release(jobid, "keep")
+    wait_event(handle, jobid, "clean")
+    described = [
+        e.name
+        for e in eventlog(handle, jobid)
+        if e.context.get("description") == "refused"
+    ]
+    assert described == []
+    assert not dmesg(inst, "hold refused withdrawn")
