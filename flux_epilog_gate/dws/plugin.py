@@ -29,11 +29,12 @@ dws.so is a plugin of the gate (:class:`~flux_epilog_gate.plugin.GateDriver`):
 alone, it loads the gate and drives it; beside epilog-gate.so both share
 the one gate of their job-manager (see :mod:`flux_epilog_gate.plugin.host`).
 Other jobs never enter Python in this plugin: its ``job.state.depend`` is
-filtered in C.
+filtered in C.  The service's requests are packed, sent and answered in
+C (service.c): Python hears of one only if it failed
+(:meth:`Dws.call_failed`), and never decodes a rabbit job's jobspec.
 """
 
 import errno
-import json
 import math
 import syslog
 
@@ -72,21 +73,20 @@ CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
 #: Where each of a rabbit job's holds keeps it.
 POINTS = {CREATE: DEPEND_POINT, SETUP: PROLOG_POINT, EPILOG: EPILOG_POINT}
 
+#: What service.c tells dws_py_failed failed (its enum dws_call).
+CALL_CREATE, CALL_SETUP, CALL_POST_RUN, CALL_R = range(4)
+
+#: The key paths of a job that resource-update reads, and the keys of
+#: its attributes.system they are.
+STATE = "state"
+SYSTEM = {
+    "jobspec.attributes.system.constraints": "constraints",
+    "jobspec.attributes.system.allow_rabbits": "allow_rabbits",
+}
+
 
 def f58(jobid):
     return JobID(jobid).f58
-
-
-def answer_of(future):
-    """``(success, errstr)`` of a DWS service's answer; OSError if the
-    request failed, ValueError if the answer is not of that shape."""
-    answer = future.get()
-    if not isinstance(answer, dict) or not isinstance(answer.get("success"), bool):
-        raise ValueError("answer has no boolean 'success'")
-    errstr = answer.get("errstr")
-    if errstr is not None and not isinstance(errstr, str):
-        raise ValueError("'errstr' is not a string")
-    return answer["success"], errstr
 
 
 def missing_keys(payload, keys):
@@ -140,6 +140,23 @@ class Dws(GateDriver):
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
+        #: The rabbit jobs this instance saw enter DEPEND (until inactive):
+        #: others are looked up (see is_rabbit).
+        self.rabbits = set()
+
+    @classmethod
+    def bind_externs(cls, ffi, lib):
+        """Define the extern "Python" function service.c calls when a
+        request to the service failed."""
+
+        @ffi.def_extern()
+        def dws_py_failed(handle, jobid, kind, errnum, errstr):
+            plugin = ffi.from_handle(handle)
+            text = None if errstr == ffi.NULL else ffi.string(errstr)
+            try:
+                plugin.call_failed(jobid, kind, errnum, text)
+            except Exception:  # noqa: BLE001 - inside the job-manager
+                plugin.jobtap.log_exception("dws request")
 
     # Configuration
 
@@ -237,39 +254,31 @@ class Dws(GateDriver):
 
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def on_depend(self, job):
-        jobspec = job.jobspec
-        system = jobspec["attributes"]["system"]
-        tolerance = system.get("dw_failure_tolerance", 0)
-        resources = jobspec.get("resources")
-        if type(tolerance) is not int or resources is None:
+        # The jobspec is read in C (service.c), never decoded here.
+        if self.jobtap.lib.dws_check_args(job.args) < 0:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
-        payload = {
-            "dw_directives": system["dw"],
-            "jobid": job.id,
-            "resources": resources,
-            "userid": job.userid,
-            "failure_tolerance": tolerance,
-        }
+        self.rabbits.add(job.id)
         record = self.gate.jobs.get(job.id)
         if record is not None and record.recovering:
             # Held before this load, maybe: its holds are being read back.
             jobid = job.id
-            self.when_ready(lambda: self.recovered(jobid, payload))
+            self.when_ready(lambda: self.recovered(jobid))
             return
-        self.begin(job.id, payload, inherited=self.loading)
+        self.begin(job.id, job.args, inherited=self.loading)
 
-    def recovered(self, jobid, payload):
+    def recovered(self, jobid):
         try:
-            state = self.jobtap.lookup_job(jobid).get("state")
+            state, _ = self.jobtap.job_info(jobid)
         except OSError:
             return
         if state == DEPEND:
-            self.begin(jobid, payload, inherited=True)
+            self.begin(jobid, None, inherited=True)
 
-    def begin(self, jobid, payload, inherited=False):
+    def begin(self, jobid, args, inherited=False):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
-        was done before this load."""
+        was done before this load.  ``args``: the job's callback's
+        arguments (None: it is looked up)."""
         holds = self.holds(jobid)
         if CREATE in holds or self.gate.gone.get(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
@@ -277,16 +286,16 @@ class Dws(GateDriver):
             return
         if not inherited:
             self.hold_all(jobid)
-            self.send_create(jobid, payload)
+            self.send_create(jobid, args)
             return
         # A job in DEPEND that the gate never held: another plugin (such
         # as dws-jobtap.so) may have asked for its storage already.
         self.jobtap.read_kvs(
             f"{JobID(jobid).kvs}.eventlog",
-            lambda text, error: self.inherit(jobid, payload, text, error),
+            lambda text, error: self.inherit(jobid, text, error),
         )
 
-    def inherit(self, jobid, payload, text, error):
+    def inherit(self, jobid, text, error):
         if error is None and created_before(text, self.jobtap.now()):
             self.log(
                 syslog.LOG_INFO,
@@ -295,7 +304,7 @@ class Dws(GateDriver):
             self.hold_all(jobid, create=False)
             return
         if self.hold_all(jobid):
-            self.send_create(jobid, payload)
+            self.send_create(jobid, None)
 
     def hold_all(self, jobid, create=True):
         """Register the job's holds: dws-create (active at once), dws-setup
@@ -320,19 +329,41 @@ class Dws(GateDriver):
                 return False
         return True
 
-    def send_create(self, jobid, payload):
-        self.jobtap.rpc("dws.create", payload, lambda f: self.created(jobid, f))
+    def send_create(self, jobid, args):
+        """Send ``dws.create`` {dw_directives, jobid, resources, userid,
+        failure_tolerance}, packed in C from ``args`` (the job's
+        callback's; None: the job looked up)."""
+        jobtap = self.jobtap
+        if jobtap.lib.dws_create(jobtap.p, jobid, args or jobtap.ffi.NULL) < 0:
+            unpacked = jobtap.oserror().errno != errno.EPROTO
+            self.log(syslog.LOG_ERR, f"Failed to send dws.create RPC for {f58(jobid)}")
+            note = "Failed to send dws.create RPC"
+            if not unpacked:
+                note = "jobtap plugin failed to unpack args"
+            self.raise_exception(jobid, "dws", note)
 
-    def created(self, jobid, future):
-        try:
-            success, errstr = answer_of(future)
-        except (OSError, ValueError) as exc:
-            nosys = getattr(exc, "errno", None) == errno.ENOSYS
+    def call_failed(self, jobid, kind, errnum, errstr):
+        """A request to the service failed (service.c): ``errnum`` if it
+        did (or its answer is not ``{success, errstr?}``), else 0 and the
+        ``errstr`` (bytes or None) of its answer's success false."""
+        if errstr is not None:
+            errstr = errstr.decode("utf-8", "replace")
+        if kind == CALL_CREATE:
+            self.created(jobid, errnum, errstr)
+        elif kind == CALL_SETUP:
+            self.set_up(jobid, errnum, errstr)
+        elif kind == CALL_R:
+            self.setup_failed(jobid, "Failed to unpack R")
+        elif kind == CALL_POST_RUN:
+            self.post_ran(jobid, errnum, errstr)
+
+    def created(self, jobid, errnum, errstr):
+        if errnum:
+            nosys = errnum == errno.ENOSYS
             errstr = NO_SERVICE if nosys else "Failed to unpack dws.create RPC"
             self.fail(jobid, CREATE, errstr)
             return
-        if not success:
-            self.fail(jobid, CREATE, errstr or "dws.create RPC returned failure")
+        self.fail(jobid, CREATE, errstr or "dws.create RPC returned failure")
 
     @rpc_method("resource-update")
     @after_recovery
@@ -353,14 +384,14 @@ class Dws(GateDriver):
             request.respond(None)
             return
         try:
-            job = self.jobtap.lookup_job(jobid)
+            job = self.jobtap.pick_job(jobid, STATE, *SYSTEM)
         except OSError:
             job = None
-        if job is None or job.get("state") != DEPEND:
+        if job is None or job.get(STATE) != DEPEND:
             raise RequestError(errno.ENOENT, "job not found in depend state")
         update = {"resources": payload["resources"]}
         if payload["exclude"] is not None:
-            system = job.get("jobspec", {}).get("attributes", {}).get("system", {})
+            system = {key: job[path] for path, key in SYSTEM.items() if path in job}
             update["attributes.system.constraints"] = self.constraints(
                 jobid, system, payload["exclude"]
             )
@@ -409,40 +440,23 @@ class Dws(GateDriver):
 
     def is_rabbit(self, jobid):
         """True if the job asks for rabbit storage (a hold of this name
-        on another job is someone else's)."""
-        try:
-            jobspec = self.jobtap.lookup_job(jobid).get("jobspec", {})
-        except OSError:
-            return False
-        return "dw" in jobspec.get("attributes", {}).get("system", {})
+        on another job is someone else's): seen in DEPEND by this
+        instance, or else looked up (in C: its jobspec is not decoded)."""
+        if jobid in self.rabbits:
+            return True
+        return bool(self.jobtap.lib.dws_is_rabbit(self.jobtap.p, jobid))
 
     def start_setup(self, jobid):
-        self.jobtap.read_kvs(
-            f"{JobID(jobid).kvs}.R",
-            lambda text, error: self.send_setup(jobid, text, error),
-        )
-
-    def send_setup(self, jobid, text, error):
-        if error is not None:
+        """Send ``dws.setup`` {jobid, R}, the job's R read from the KVS
+        first, in C."""
+        if self.jobtap.lib.dws_setup(self.jobtap.p, jobid) < 0:
             self.setup_failed(jobid, "Failed to unpack R")
-            return
-        try:
-            R = json.loads(text)
-        except ValueError:
-            self.setup_failed(jobid, "Failed to unpack R")
-            return
-        self.jobtap.rpc(
-            "dws.setup", {"jobid": jobid, "R": R}, lambda f: self.set_up(jobid, f)
-        )
 
-    def set_up(self, jobid, future):
-        try:
-            success, errstr = answer_of(future)
-        except (OSError, ValueError):
+    def set_up(self, jobid, errnum, errstr):
+        if errnum:
             self.setup_failed(jobid, "Failed to unpack dws.setup RPC")
             return
-        if not success:
-            self.setup_failed(jobid, errstr or "dws.setup RPC returned failure")
+        self.setup_failed(jobid, errstr or "dws.setup RPC returned failure")
 
     def setup_failed(self, jobid, errstr):
         """The exception this raises ends the prolog (see exception)."""
@@ -523,11 +537,9 @@ class Dws(GateDriver):
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
         started = self.gate.posted(jobid, "start")
-        self.jobtap.rpc(
-            "dws.post_run",
-            {"jobid": jobid, "run_started": started},
-            lambda f: self.post_ran(jobid, f),
-        )
+        jobtap = self.jobtap
+        if jobtap.lib.dws_post_run(jobtap.p, jobid, started) < 0:
+            self.finish_epilog(jobid, False, "Failed to send dws.post_run RPC")
 
     def arm_timeout(self, jobid, t_start):
         if self.epilog_timeout <= 0 or jobid in self.timers:
@@ -542,19 +554,16 @@ class Dws(GateDriver):
         if timer is not None:
             timer.stop()
 
-    def post_ran(self, jobid, future):
-        try:
-            success, errstr = answer_of(future)
-        except (OSError, ValueError):
+    def post_ran(self, jobid, errnum, errstr):
+        if errnum:
             self.finish_epilog(jobid, False, "Failed to send dws.post_run RPC")
             return
-        if not success:
-            self.finish_epilog(jobid, False, errstr)
+        self.finish_epilog(jobid, False, errstr)
 
     def epilog_timed_out(self, jobid):
         self.timers.pop(jobid, None)
         try:
-            state = self.jobtap.lookup_job(jobid).get("state")
+            state, _ = self.jobtap.job_info(jobid)
         except OSError:
             return
         if state == CLEANUP:
@@ -578,7 +587,7 @@ class Dws(GateDriver):
         """The job's storage is torn down: ``{id}``; let it go inactive."""
         jobid = self.payload_of(request, "epilog-remove", (), raise_on_job=False)["id"]
         try:
-            state = self.jobtap.lookup_job(jobid).get("state")
+            state, _ = self.jobtap.job_info(jobid)
         except OSError:
             state = None
         if state != CLEANUP:
@@ -623,6 +632,7 @@ class Dws(GateDriver):
 
     def inactive(self, jobid):
         self.stop_timeout(jobid)
+        self.rabbits.discard(jobid)
 
     def unload(self):
         for jobid in list(self.timers):

@@ -178,6 +178,20 @@ class Jobtap:
         finally:
             self.lib.flux_plugin_arg_destroy(args)
 
+    def pick_job(self, jobid, *paths):
+        """What the active job (or one in the job-manager's inactive
+        cache) has at each of ``paths``, key paths of :meth:`lookup_job`'s
+        dict (``"jobspec.attributes.system.constraints"``), as a dict of
+        path: value without the paths it has not: only what is asked for
+        is encoded.  OSError(ENOENT) if there is no such job."""
+        text = self.lib.runtime_job_pick(self.p, jobid, " ".join(paths).encode())
+        if text == self.ffi.NULL:
+            raise self.oserror()
+        try:
+            return json.loads(self.ffi.string(text))
+        finally:
+            self.lib.free(text)
+
     def jobspec_update(self, jobid, update):
         """Update the jobspec of job ``jobid``, which must not be the job of
         the current callback nor in RUN or later: ``update`` maps

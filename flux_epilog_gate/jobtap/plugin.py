@@ -148,6 +148,12 @@ class Job:
         """The job's jobspec (a dict), from the callback's arguments."""
         return self.input["jobspec"]
 
+    @property
+    def args(self):
+        """The callback's arguments (a ``flux_plugin_arg_t *``), for C
+        that reads them itself: valid during the callback only."""
+        return self._args
+
 
 class Args:
     """The arguments of a plugin topic's call: ``input`` (decoded)."""

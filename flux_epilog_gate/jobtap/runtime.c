@@ -1089,6 +1089,50 @@ int runtime_job_lookup (flux_plugin_t *p,
     return rc;
 }
 
+/* What job 'id' (active, or in the job-manager's inactive cache) has at
+ * each of 'paths' (space-separated key paths of its arguments, such as
+ * "state jobspec.attributes.system.constraints"), as the text of a JSON
+ * object of path: value, leaving out the paths it has not: a lookup
+ * that encodes only what is asked for, not the whole job (its jobspec
+ * with its environment).  NULL (errno set) if there is no such job.
+ * The caller frees the text.
+ */
+char *runtime_job_pick (flux_plugin_t *p, flux_jobid_t id, const char *paths)
+{
+    flux_plugin_arg_t *args;
+    json_t *in = NULL;
+    json_t *out = NULL;
+    char *text = NULL;
+    char *copy = NULL;
+    char *saveptr = NULL;
+
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return NULL;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "o", &in) < 0
+        || !(out = json_object ()) || !(copy = strdup (paths)))
+        goto done;
+    for (char *path = strtok_r (copy, " ", &saveptr); path;
+         path = strtok_r (NULL, " ", &saveptr)) {
+        json_t *o = in;
+        char *key_save = NULL;
+        char key[256];
+
+        snprintf (key, sizeof (key), "%s", path);
+        for (char *k = strtok_r (key, ".", &key_save); k && o;
+             k = strtok_r (NULL, ".", &key_save))
+            o = json_is_object (o) ? json_object_get (o, k) : NULL;
+        if (o && json_object_set (out, path, o) < 0)
+            goto done;
+    }
+    if (!(text = json_dumps (out, JSON_COMPACT)))
+        errno = ENOMEM;
+done:
+    free (copy);
+    json_decref (out);
+    flux_plugin_arg_destroy (args);
+    return text;
+}
+
 /* Register RPC method 'name' (index 'index' for Python) with message
  * handler 'cb' (runtime_request_cb or a C extension's).
  */
