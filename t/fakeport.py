@@ -367,6 +367,10 @@ class FakePort:
     def untrack(self, jobid):
         self.tracked.pop(jobid, None)
 
+    def untrack_events(self, jobid):
+        if jobid in self.tracked:
+            self.tracked[jobid] = False
+
     def kvs_commit(self, key, text, append, callback, sync=False):
         self.synced.append(sync)
         if self.defer_commits:

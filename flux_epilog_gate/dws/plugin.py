@@ -140,9 +140,6 @@ class Dws(GateDriver):
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
-        #: The rabbit jobs this instance saw enter DEPEND (until inactive):
-        #: others are looked up (see is_rabbit).
-        self.rabbits = set()
 
     @classmethod
     def bind_externs(cls, ffi, lib):
@@ -255,10 +252,9 @@ class Dws(GateDriver):
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def on_depend(self, job):
         # The jobspec is read in C (service.c), never decoded here.
-        if self.jobtap.lib.dws_check_args(job.args) < 0:
+        if self.jobtap.lib.dws_check_args(self.jobtap.p, job.args) < 0:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
-        self.rabbits.add(job.id)
         record = self.gate.jobs.get(job.id)
         if record is not None and record.recovering:
             # Held before this load, maybe: its holds are being read back.
@@ -430,20 +426,27 @@ class Dws(GateDriver):
 
     def activated(self, hold):
         """The gate made one of the job's holds active (a listener of the
-        gate, see :attr:`flux_epilog_gate.gate.Gate.listeners`)."""
+        gate, see :attr:`flux_epilog_gate.gate.Gate.listeners`).  The
+        job's exceptions matter from now on (see :meth:`exception`): its
+        events are asked for before anything can raise one."""
         if hold.description == SETUP and hold.point == PROLOG_POINT:
             if self.is_rabbit(hold.id):
+                self.gate.send_events(hold.id)
                 self.start_setup(hold.id)
         elif hold.description == EPILOG and hold.point == EPILOG_POINT:
             if self.is_rabbit(hold.id):
+                self.gate.send_events(hold.id)
                 self.start_epilog(hold.id, hold.t_start)
+
+    def wants_events(self, jobid):
+        """True while the job's exceptions would end its dws-setup or
+        dws-epilog (a listener of the gate)."""
+        return self.active(jobid, SETUP) or self.active(jobid, EPILOG)
 
     def is_rabbit(self, jobid):
         """True if the job asks for rabbit storage (a hold of this name
         on another job is someone else's): seen in DEPEND by this
         instance, or else looked up (in C: its jobspec is not decoded)."""
-        if jobid in self.rabbits:
-            return True
         return bool(self.jobtap.lib.dws_is_rabbit(self.jobtap.p, jobid))
 
     def start_setup(self, jobid):
@@ -493,6 +496,10 @@ class Dws(GateDriver):
             )
         self.post_environment(jobid, payload["variables"])
         self.release(jobid, SETUP, 0)
+        if not hold.aborted:
+            # Running (not aborted by its entry to CLEANUP): its events
+            # matter again only once its dws-epilog is active.
+            self.gate.stop_events(jobid)
         request.respond(None)
 
     def post_environment(self, jobid, variables):
@@ -632,7 +639,6 @@ class Dws(GateDriver):
 
     def inactive(self, jobid):
         self.stop_timeout(jobid)
-        self.rabbits.discard(jobid)
 
     def unload(self):
         for jobid in list(self.timers):

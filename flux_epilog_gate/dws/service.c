@@ -21,6 +21,8 @@ enum dws_kind {
 };
 
 #define DWS_CALLS_AUX "dws::calls"
+/* On a job this instance saw enter DEPEND asking for rabbit storage. */
+#define DWS_RABBIT_AUX "dws::rabbit"
 
 /* One request (or R lookup) in flight. */
 struct dws_call {
@@ -182,15 +184,20 @@ static int dws_create_parts (flux_plugin_arg_t *args, json_t **dw,
     return 0;
 }
 
-/* 0 if the arguments of a job's callback hold what dws.create needs,
- * else -1 (EPROTO).
+/* 0 if the arguments of the current job's callback hold what
+ * dws.create needs (the job is then known as a rabbit job: see
+ * dws_is_rabbit), else -1 (EPROTO).
  */
-int dws_check_args (flux_plugin_arg_t *args)
+int dws_check_args (flux_plugin_t *p, flux_plugin_arg_t *args)
 {
     json_t *dw, *resources;
     json_int_t tolerance, userid;
 
-    return dws_create_parts (args, &dw, &tolerance, &resources, &userid);
+    if (dws_create_parts (args, &dw, &tolerance, &resources, &userid) < 0)
+        return -1;
+    (void)flux_jobtap_job_aux_set (p, FLUX_JOBTAP_CURRENT_JOB, DWS_RABBIT_AUX,
+                                   (void *)1, NULL);
+    return 0;
 }
 
 /* Send dws.create for job 'id', from 'args' (the job's callback's) or,
@@ -271,15 +278,18 @@ int dws_post_run (flux_plugin_t *p, flux_jobid_t id, int run_started)
 }
 
 /* 1 if job 'id' asks for rabbit storage (its jobspec has
- * attributes.system.dw), 0 if not or if there is no such job.
+ * attributes.system.dw), 0 if not or if there is no such job: known if
+ * this instance saw it in DEPEND, else looked up (after a reload).
  */
 int dws_is_rabbit (flux_plugin_t *p, flux_jobid_t id)
 {
-    flux_plugin_arg_t *args = flux_jobtap_job_lookup (p, id);
+    flux_plugin_arg_t *args;
     json_t *dw = NULL;
     int rc;
 
-    if (!args)
+    if (flux_jobtap_job_aux_get (p, id, DWS_RABBIT_AUX))
+        return 1;
+    if (!(args = flux_jobtap_job_lookup (p, id)))
         return 0;
     rc = flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN,
                                  "{s:{s:{s:{s?o}}}}",

@@ -39,6 +39,9 @@ through a *port*, an object with these methods (the real one is
     while the epilog point waits on them: see
     :mod:`~flux_epilog_gate.gate.epilog`); a job's events, once asked
     for, are sent until it is untracked
+``untrack_events(id)``
+    stop sending the tracked job's events (a listener done with them
+    while the job runs, see ``Gate.stop_events``)
 ``timer(delay, callback)``
     call ``callback()`` after ``delay`` seconds; returns an object with
     ``stop()``
@@ -294,6 +297,21 @@ class Gate:
     def tell(self, method, *args):
         """Call ``method(*args)`` of every listener (see :class:`Listeners`)."""
         self.listeners.tell(method, *args)
+
+    def send_events(self, jobid):
+        """Have the events of held job ``jobid`` sent to the gate from now
+        on (its exceptions to the listeners): a listener asks for them
+        only while it has something to do with them."""
+        if jobid in self.jobs:
+            self.port.track(jobid, events=True)
+
+    def stop_events(self, jobid):
+        """A listener is done with the events of running job ``jobid``
+        (for now): they stop unless a listener still wants them.  Only
+        while the job runs: in CLEANUP the epilog point may be waiting
+        on them, and it asks for them itself when it enters CLEANUP."""
+        if jobid in self.jobs and not self.listeners.want_events(jobid):
+            self.port.untrack_events(jobid)
 
     def posted(self, jobid, name):
         """True if event ``name`` is in the job's eventlog, as far as the

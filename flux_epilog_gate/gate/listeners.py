@@ -8,10 +8,13 @@ class Listeners(list):
     """The gate's in-process listeners, in the order they came.
 
     Each listener has the methods ``activated(hold)`` (a hold became
-    active), ``exception(id, context)`` (a held job got an exception) and
-    ``inactive(id)`` (a held job is inactive).  Owns the list.  Calls
-    the port's ``log``.  Called by the lifecycle (activations) and by
-    the plugin (a job's exception and inactivity), through
+    active), ``exception(id, context)`` (a held job got an exception),
+    ``inactive(id)`` (a held job is inactive) and ``wants_events(id)``
+    (True while it would act on the job's exceptions: their events are
+    then sent, see :meth:`~flux_epilog_gate.gate.Gate.send_events`).
+    Owns the list.  Calls the port's ``log``.  Called by the lifecycle
+    (activations) and by the plugin (a job's exception and inactivity,
+    the events it sends), through
     :meth:`~flux_epilog_gate.gate.Gate.tell`; listeners add and remove
     themselves.
     """
@@ -35,6 +38,10 @@ class Listeners(list):
     def _changed(self):
         if self.changed is not None:
             self.changed()
+
+    def want_events(self, jobid):
+        """True if some listener wants the events of job ``jobid``."""
+        return any(listener.wants_events(jobid) for listener in self)
 
     def tell(self, method, *args):
         """Call ``method(*args)`` of every listener; one that raises is

@@ -279,6 +279,11 @@ class Jobtap:
         """Stop sending the job's calls (and events) to Python."""
         self.lib.runtime_unmark(self.p, jobid)
 
+    def unsubscribe(self, jobid):
+        """Stop sending the job's job.event.* calls (its other calls
+        still come while it is marked)."""
+        self.lib.runtime_unsubscribe(self.p, jobid)
+
     def want(self, jobid, topic):
         """Also send the marked job's calls of topic ``topic``, declared
         ``wanted=True``."""

@@ -1004,6 +1004,19 @@ void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
         (void)runtime_sync_handlers (ctx);
 }
 
+/* Stop the job's job.event.* calls (runtime_mark with 'events' asks for
+ * them again); its other calls still come while it is marked.
+ */
+void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id)
+{
+    struct runtime_mark *mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK);
+
+    if (mark && mark->subscribed) {
+        flux_jobtap_job_unsubscribe (p, id);
+        mark->subscribed = 0;
+    }
+}
+
 /* While it is marked, also send the job's calls of WANTED topic 'i'. */
 int runtime_want (flux_plugin_t *p, flux_jobid_t id, int i)
 {

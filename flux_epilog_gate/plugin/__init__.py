@@ -221,7 +221,7 @@ class GateDriver(Plugin):
 
     def _follow_listeners(self):
         """Have a held job's exceptions sent to this driver while the
-        gate has listeners (they are all that want them), from now on."""
+        gate has listeners and one of them wants them, from now on."""
         self.gate.listeners.changed = self._listeners_changed
         self._listeners_changed()
 
@@ -231,21 +231,25 @@ class GateDriver(Plugin):
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
             wanted = bool(self.gate.listeners)
             self.jobtap.forward("job.event.exception", wanted)
-            self._send_all_events(wanted)
+            self._send_wanted_events()
 
-    def _send_all_events(self, wanted):
+    def _send_wanted_events(self):
         """A job's exception reaches a plugin only if the job's events
-        are sent to it: while the gate has listeners, every tracked job's
-        are (else only those the epilog point waits on)."""
-        port = self.jobtap
-        if wanted and not port.all_events:
-            for jobid in list(self.gate.jobs):
-                try:
-                    port.track(jobid, events=True)
-                except OSError as exc:
-                    # Gone meanwhile: its job.state.inactive tells the gate.
-                    port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")
-        port.all_events = wanted
+        are sent to it: each tracked job's that a listener wants now (the
+        listeners ask for more as they need them, see
+        :meth:`~flux_epilog_gate.gate.Gate.send_events`; else only those
+        the epilog point waits on are sent).  Each event of a job whose
+        events are sent costs the job-manager a call with the job's
+        arguments packed, so no job's are asked for before they matter."""
+        port, listeners = self.jobtap, self.gate.listeners
+        for jobid in list(self.gate.jobs):
+            if not listeners.want_events(jobid):
+                continue
+            try:
+                port.track(jobid, events=True)
+            except OSError as exc:
+                # Gone meanwhile: its job.state.inactive tells the gate.
+                port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")
 
     def _watch_shutdown(self):
         self.shutdown = Shutdown(self.gate, self.jobtap)

@@ -127,7 +127,7 @@ DWS_TARGET = "flux_epilog_gate.dws.plugin:Dws"
 DWS_CDEF = """
 extern "Python" void dws_py_failed (void *self, flux_jobid_t id, int kind,
                                     int errnum, const char *errstr);
-int dws_check_args (flux_plugin_arg_t *args);
+int dws_check_args (flux_plugin_t *p, flux_plugin_arg_t *args);
 int dws_create (flux_plugin_t *p, flux_jobid_t id, flux_plugin_arg_t *args);
 int dws_setup (flux_plugin_t *p, flux_jobid_t id);
 int dws_post_run (flux_plugin_t *p, flux_jobid_t id, int run_started);

@@ -487,6 +487,10 @@ class JobtapPort:
     def untrack(self, jobid):
         self.marks.pop(jobid, None)
 
+    def untrack_events(self, jobid):
+        if jobid in self.marks:
+            self.marks[jobid] = False
+
     def timer(self, delay, callback):
         timer = FakeTimer(self, self.now() + delay, callback)
         self.timers.append(timer)
