@@ -27,7 +27,11 @@ clean; submission is part of what is counted, in every configuration.
 ``dws-jobtap`` is flux-coral2's own C plugin, fed by the same service:
 taken from DWS_JOBTAP_SO, or built alone from the flux-coral2 tree
 CORAL2_SRC (src/job-manager/plugins/dws-jobtap.c); with neither, that
-row is not measured, and the report says so.
+row is not measured, and the report says so.  ``dws-nolog`` is dws.so
+built here for the benchmark only with its hold log's commits taken out
+(each answered at once, nothing written or synced: a hold it takes
+would not survive a crash): ``dws - dws-nolog`` is what the durable
+record costs, the rest of ``dws - dws-jobtap`` is overhead.
 
 The ``durable`` workload is bench/durable.py's one-client mix under
 callgrind (configurations DURABLE): ``hold`` requests only, on jobs
@@ -85,6 +89,7 @@ RABBIT = {
     "bare-again": (),
     "dws-jobtap": ("dws-jobtap",),
     "dws": ("dws",),
+    "dws-nolog": ("dws-nolog",),
     "dws+gate": ("epilog-gate", "dws"),
 }
 #: The plugins of RABBIT that are not the project's: how to get each.
@@ -175,6 +180,38 @@ def dws_jobtap_so(tmpdir, environ=os.environ):
     return out
 
 
+def build_dws_nolog(tmpdir):
+    """dws.so as it is built for installing, but with
+    RUNTIME_BENCH_NO_RECORD (jobtap/runtime.c): no hold-log commit sent,
+    each answered at once.  Built into ``tmpdir``/dws-nolog, for the
+    benchmark only; it runs the interpreter and package of this one."""
+    from flux_epilog_gate.jobtap.build import Extension, compile_plugin
+    from flux_epilog_gate.plugin import cbuild
+
+    dws = cbuild.dws_extension()
+    extension = Extension(
+        dws.source, dws.cdef, dict(dws.defines, RUNTIME_BENCH_NO_RECORD=1)
+    )
+    return compile_plugin(
+        os.path.join(tmpdir, "dws-nolog"),
+        cbuild.DWS_NAME,
+        cbuild.DWS_TARGET,
+        extension=extension,
+        site_levels=0,
+        python=sys.executable,
+    )
+
+
+def bench_plugins(configs, tmpdir, environ=os.environ):
+    """The plugins ``configs`` load that are not installed (FOREIGN ones
+    and dws-nolog), by name, and the configurations left out for want
+    of one (name -> what to set)."""
+    paths, missing = foreign_plugins(configs, tmpdir, environ)
+    if any("dws-nolog" in RABBIT[config] for config in configs):
+        paths["dws-nolog"] = build_dws_nolog(tmpdir)
+    return paths, missing
+
+
 def foreign_plugins(configs, tmpdir, environ=os.environ):
     """The paths of the FOREIGN plugins ``configs`` load (by name), and
     the configurations left out for want of one (name -> what to set)."""
@@ -194,9 +231,9 @@ def foreign_plugins(configs, tmpdir, environ=os.environ):
 
 
 def rabbit_plugin_path(name, paths):
-    """Where plugin ``name`` of RABBIT is: one of ``paths`` (FOREIGN),
-    else the project's."""
-    return paths[name] if name in FOREIGN else plugin_path(name)
+    """Where plugin ``name`` of RABBIT is: one of ``paths``
+    (bench_plugins), else the project's installed one."""
+    return paths[name] if name in paths else plugin_path(name)
 
 
 def inner_rabbit(config, jobs, outdir, paths):
@@ -425,6 +462,8 @@ RATIOS = (
     ("native-durable-lazy", "native-durable"),
     ("dws", "bare"),
     ("dws", "dws-jobtap"),
+    ("dws-nolog", "dws-jobtap"),
+    ("dws", "dws-nolog"),
     ("dws+gate", "dws-jobtap"),
     ("dws+gate", "bare"),
     ("dws+gate", "dws"),
@@ -601,7 +640,7 @@ def main():
         os.makedirs(workdir, exist_ok=True)
         paths = {}
         if "rabbit" in plan:
-            paths, missing = foreign_plugins(plan["rabbit"], workdir)
+            paths, missing = bench_plugins(plan["rabbit"], workdir)
             plan["rabbit"] = [c for c in plan["rabbit"] if c not in missing]
         for workload in workloads:
             runs = run_configs(plan[workload], workload, args, workdir, paths)
