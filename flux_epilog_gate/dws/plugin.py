@@ -261,7 +261,7 @@ class Dws(GateDriver):
             jobid = job.id
             self.when_ready(lambda: self.recovered(jobid))
             return
-        self.begin(job.id, job.args, inherited=self.loading)
+        self.begin(job.id, job.args, inherited=self.loading, known=(DEPEND, job.userid))
 
     def recovered(self, jobid):
         try:
@@ -271,17 +271,18 @@ class Dws(GateDriver):
         if state == DEPEND:
             self.begin(jobid, None, inherited=True)
 
-    def begin(self, jobid, args, inherited=False):
+    def begin(self, jobid, args, inherited=False, known=None):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
         was done before this load.  ``args``: the job's callback's
-        arguments (None: it is looked up)."""
+        arguments (None: it is looked up); ``known``: its ``(state,
+        userid)`` (from its callback)."""
         holds = self.holds(jobid)
         if CREATE in holds or self.gate.gone.get(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
             # has the job's workflow.
             return
         if not inherited:
-            self.hold_all(jobid)
+            self.hold_all(jobid, known=known)
             self.send_create(jobid, args)
             return
         # A job in DEPEND that the gate never held: another plugin (such
@@ -302,14 +303,26 @@ class Dws(GateDriver):
         if self.hold_all(jobid):
             self.send_create(jobid, None)
 
-    def hold_all(self, jobid, create=True):
+    def hold_all(self, jobid, create=True, known=None):
         """Register the job's holds: dws-create (active at once), dws-setup
-        and dws-epilog (pending).  False if dws-create could not be."""
+        and dws-epilog (pending).  False if dws-create could not be.
+        ``known``: the job's ``(state, userid)``, from its callback.  The
+        three records go to the hold log in one commit."""
+        with self.gate.together():
+            return self._hold_all(jobid, create, known)
+
+    def _hold_all(self, jobid, create, known):
         for description, point in POINTS.items():
             if description == CREATE and not create:
                 continue
             try:
-                self.gate.hold(jobid, description, point=point, default_timeout=False)
+                self.gate.hold(
+                    jobid,
+                    description,
+                    point=point,
+                    default_timeout=False,
+                    known=known,
+                )
             except GateError as exc:
                 if description != CREATE:
                     self.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
@@ -414,7 +427,9 @@ class Dws(GateDriver):
         failure raise the job's exception and RequestError."""
         try:
             combined = combine(system, exclude)
-            check_constraint(combined, "attributes.system.constraints")
+            if combined is not exclude:
+                # exclude alone was checked with the request.
+                check_constraint(combined, "attributes.system.constraints")
         except (ConstraintError, Malformed) as exc:
             errmsg = "Could not generate new constraints"
             self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")

@@ -331,12 +331,19 @@ class Gate:
         point=Point.EPILOG,
         done=None,
         default_timeout=True,
+        known=None,
     ):
         """Register a hold; return ``(hold, created)`` (see
         :meth:`Requests.hold <flux_epilog_gate.gate.requests.Requests.hold>`)."""
         return self.requests.hold(
-            jobid, description, timeout, point, done, default_timeout
+            jobid, description, timeout, point, done, default_timeout, known
         )
+
+    def together(self):
+        """A context in which the holds and releases made are recorded in
+        one batch of the hold log (see
+        :meth:`HoldLog.together <flux_epilog_gate.gate.holdlog.HoldLog.together>`)."""
+        return self.holdlog.together()
 
     def release(self, jobid, description, status=0, done=None, raised=False):
         """Release a hold; return ``(released, reason)`` (see

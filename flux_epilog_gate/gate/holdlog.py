@@ -138,6 +138,7 @@ import errno
 import json
 import syslog
 from collections import deque
+from contextlib import contextmanager
 from math import isfinite
 
 from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
@@ -499,8 +500,24 @@ class HoldLog:
         # snapshot that just replaced the log.
         self.compacting = []
         self.served = []
+        # Inside together(): records wait for the end of the block.
+        self.gathering = 0
 
     # Records
+
+    @contextmanager
+    def together(self):
+        """Records made in the block go out in one batch: none is sent
+        before it ends (a caller registering several holds at once,
+        whose first record would otherwise go alone and the others
+        wait for its commit)."""
+        self.gathering += 1
+        try:
+            yield
+        finally:
+            self.gathering -= 1
+            if not self.gathering and self.inflight is None:
+                self._kick()
 
     def hold(self, hold, callback=None):
         """``hold`` was registered."""
@@ -526,7 +543,8 @@ class HoldLog:
         """Call ``callback`` once every record made so far is durable."""
         if self.lines:
             self.waiters.append(callback)
-            self._kick()
+            if not self.gathering:
+                self._kick()
         elif self.inflight is not None and self.sent:
             self.inflight.append(callback)
         else:
@@ -551,7 +569,7 @@ class HoldLog:
         self.lines.append(line)
         if callback is not None:
             self.waiters.append(callback)
-        if self.inflight is None:
+        if self.inflight is None and not self.gathering:
             self._kick()
 
     # Commits
