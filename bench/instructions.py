@@ -60,7 +60,7 @@ sys.path.insert(0, HERE)
 import durable  # noqa: E402
 import options  # noqa: E402
 from client import Client, hold_pipelined, submit_waiting  # noqa: E402
-from common import RESULTS, Plugins, spec_for  # noqa: E402
+from common import Plugins, result_path, spec_for, write_results  # noqa: E402
 from observer import Broker  # noqa: E402
 from throughput import drive  # noqa: E402
 
@@ -652,16 +652,12 @@ def main():
             workload,
             missing if workload == "rabbit" else None,
         )
-    output = args.output or os.path.join(
-        RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-instructions.json"
+    output = args.output or result_path("instructions")
+    write_results(
+        output,
+        {"jobs": args.jobs, "workloads": results, "not_measured": missing},
+        indent=2,
     )
-    os.makedirs(os.path.dirname(output), exist_ok=True)
-    with open(output, "w") as f:
-        json.dump(
-            {"jobs": args.jobs, "workloads": results, "not_measured": missing},
-            f,
-            indent=2,
-        )
     print(f"results: {output}")
 
 

@@ -1,0 +1,349 @@
+"""The gate's facade: :class:`Gate`.
+
+A load is a :class:`~flux_epilog_gate.gate.loader.Load` on the port:
+``Load(port, carried)`` reads the hold log (never fails), ``begin(config)``
+returns the gate (a new one, or ``carried``, the gate of the plugin
+instance removed from the same job-manager), ``on_new(id, state,
+userid)`` is each job.new of the load, ``loaded()`` says they are all
+seen, and ``when_ready(run, refuse)`` runs a request once every job is
+recovered (``close()`` at unload refuses those still waiting).  So a
+restart, a reload or a crash can be driven through the port alone: a
+crash keeps only what the KVS holds, a reload carries the gate over.
+"""
+
+from .annotations import Annotations
+from .config import Config
+from .context import Context
+from .counters import Counters
+from .depend import DependPoint
+from .epilog import EpilogPoint
+from .holdlog import HoldLog
+from .holds import EPILOG
+from .jobs import JobTable
+from .lifecycle import Lifecycle
+from .listeners import Listeners
+from .lost import Losses
+from .prolog import PrologPoint
+from .recovery import Recovery
+from .reload import Reload
+from .requests import Requests
+from .shutdown import Shutdown
+from .timeouts import Timeouts
+from .watchers import Watchers
+
+
+class Gate:
+    """Holds of all jobs, driven by job-manager callbacks and requests.
+
+    The facade the plugins (:mod:`flux_epilog_gate.plugin`,
+    :mod:`flux_epilog_gate.dws`), the loader, the shutdown and the tests
+    use: it makes the gate's objects once, each given at construction the
+    :class:`~.context.Context` they share and the others it calls, and
+    passes each entry point on to the one that owns it.  An entry point
+    that is one object's method is that method, bound here (no frame of
+    the facade's on the way: the hold and release of every request go
+    through it).
+    """
+
+    def __init__(self, port, config=None):
+        #: What every part reads, replaced here alone (attach, reconfigure,
+        #: a shutdown under way).
+        self.context = context = Context(port, config or Config())
+        self.stats = Counters()
+        self.jobs = jobs = JobTable(context)
+        self.holdlog = holdlog = HoldLog(port, jobs)
+        self.timeouts = timeouts = Timeouts(context)
+        self.watchers = watchers = Watchers(context, jobs)
+        self.annotations = annotations = Annotations(context)
+        self.losses = losses = Losses(context, jobs, holdlog, self.stats)
+        #: In-process users of the gate (the dws plugin): each is told
+        #: ``activated(hold)``, and of a held job ``exception(id,
+        #: context)`` (a job exception) and ``inactive(id)``.
+        self.listeners = listeners = Listeners(context)
+        #: The hold points by name, filled below: the points make their
+        #: holds active through the lifecycle, which ends them through
+        #: their point.
+        self.points = points = {}
+        self.lifecycle = lifecycle = Lifecycle(
+            context,
+            jobs,
+            holdlog,
+            timeouts,
+            watchers,
+            annotations,
+            self.stats,
+            losses,
+            listeners,
+            points,
+        )
+        self.epilog = epilog = EpilogPoint(
+            context, jobs, lifecycle, holdlog, annotations
+        )
+        self.prolog = prolog = PrologPoint(context, jobs, lifecycle, holdlog, watchers)
+        self.depend = depend = DependPoint(context, jobs, lifecycle, holdlog, watchers)
+        points.update((point.name, point) for point in (epilog, prolog, depend))
+        self.requests = requests = Requests(
+            context, jobs, holdlog, lifecycle, points, annotations, self.stats
+        )
+        self.recovery = recovery = Recovery(
+            context, jobs, lifecycle, watchers, losses, epilog, prolog, depend
+        )
+        self.reload = reload = Reload(
+            context, jobs, holdlog, timeouts, lifecycle, epilog, prolog, depend
+        )
+        self._shutdown = None
+        self._bind(requests, watchers, lifecycle, recovery, reload, listeners, jobs)
+
+    def _bind(self, requests, watchers, lifecycle, recovery, reload, listeners, jobs):
+        """The entry points that are one object's method, as they are."""
+        #: Register a hold; return ``(hold, created)`` (Requests.hold).
+        self.hold = requests.hold
+        #: Release a hold; return ``(released, reason)`` (Requests.release).
+        self.release = requests.release
+        #: List entries of all holds, or of one job's (Requests.list).
+        self.list = requests.list
+        #: The answer to ``list`` as JSON text (Requests.list_json).
+        self.list_json = requests.list_json
+        #: Register the holds that configured rules give a new job.
+        self.apply_rules = requests.apply_rules
+        #: Add a watcher; it is first sent every hold already active.
+        self.watch = watchers.watch
+        #: Drop watchers whose sink satisfies ``match(sink)``; return count.
+        self.unwatch = watchers.unwatch
+        #: A watcher read ``count`` activations (Watchers.acknowledge).
+        self.acknowledge = watchers.acknowledge
+        #: The job is inactive: whatever it still holds is gone.
+        self.on_inactive = lifecycle.on_inactive
+        #: Finish an active hold on the gate's own account (at shutdown).
+        self.end = lifecycle.end
+        #: A hold's timeout expired.
+        self.expire = lifecycle.expire
+        #: Rebuild a job's holds from its eventlog ``events``.
+        self.end_recovery = recovery.end
+        #: Recovering a job failed: carry on with what is known of it.
+        self.abandon_recovery = recovery.abandon
+        #: The plugin is going away (Reload.suspend).
+        self.suspend = reload.suspend
+        #: job.new for a job the gate already knows, after a reload; True
+        #: if its eventlog must be read (again).
+        self.retrack = reload.retrack
+        #: After a reload: jobs not ``seen`` went inactive meanwhile.
+        self.resume = reload.resume
+        #: Call ``method(*args)`` of every listener (Listeners.tell).
+        self.tell = listeners.tell
+        #: Every hold of every job, or None while some job's holds are
+        #: still being recovered.
+        self.holds = jobs.holds
+
+    # What the plugins read
+
+    @property
+    def config(self):
+        """The configuration in force."""
+        return self.context.config
+
+    @property
+    def replayed_progress(self):
+        """Progress events read from the eventlogs of recovered jobs, by id."""
+        return self.jobs.replayed_progress
+
+    def job_ids(self):
+        """The ids of the jobs the gate holds (or recovers)."""
+        return list(self.jobs)
+
+    def tracked(self):
+        """The ids of every job the gate tracks: those it holds, and those
+        whose progress it replayed."""
+        return list(self.jobs) + list(self.jobs.replayed_progress)
+
+    def job_holds(self, jobid):
+        """The job's holds by description ({} if it has none)."""
+        job = self.jobs.get(jobid)
+        return job.holds if job is not None else {}
+
+    def recovering(self, jobid):
+        """True while the job's holds are being read back."""
+        job = self.jobs.get(jobid)
+        return job is not None and job.recovering
+
+    def jobs_holding(self, description, state):
+        """The ids of the jobs whose hold ``description`` is in ``state``,
+        in order."""
+        return sorted(
+            jobid
+            for jobid, job in self.jobs.items()
+            if description in job.holds and job.holds[description].state == state
+        )
+
+    def gone(self, jobid, description):
+        """Why the job's hold ``description`` is gone, if the gate
+        remembers it (see GoneLog), else None."""
+        return self.jobs.gone.get(jobid, description)
+
+    def counters(self):
+        """What ``flux jobtap query`` reports of the gate, by name."""
+        holdlog = self.holdlog
+        return dict(
+            self.stats,
+            behind=self.watchers.ended_behind,
+            busy=self.requests.refused_busy,
+            holds=sum(len(job.holds) for job in self.jobs.values()),
+            jobs=len(self.jobs),
+            watchers=len(self.watchers.streams),
+            pending=holdlog.waiting(),
+            gone=len(self.jobs.gone),
+            log_commits=holdlog.commits,
+            log_segment=holdlog.segment,
+        )
+
+    def posted(self, jobid, name):
+        """True if event ``name`` is in the job's eventlog, as far as the
+        gate knows (it holds the job, or read its eventlog)."""
+        job = self.jobs.get(jobid)
+        if job is None:
+            return self.context.port.posted(jobid, name)
+        return self.jobs.posted(job, name)
+
+    # What the plugins hook
+
+    def add_listener(self, listener):
+        """``listener`` is told from now on (see :class:`Listeners`)."""
+        self.listeners.append(listener)
+
+    def remove_listener(self, listener):
+        """``listener`` is told no more (nothing if it was not told)."""
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+
+    def on_listeners_changed(self, changed):
+        """Call ``changed()`` when a listener comes or goes (None: stop)."""
+        self.listeners.changed = changed
+
+    def has_listeners(self):
+        return bool(self.listeners)
+
+    def want_events(self, jobid):
+        """True if some listener wants the events of job ``jobid`` now."""
+        return self.listeners.want_events(jobid)
+
+    def send_events(self, jobid):
+        """Have the events of held job ``jobid`` sent to the gate from now
+        on (its exceptions to the listeners): a listener asks for them
+        only while it has something to do with them."""
+        if jobid in self.jobs:
+            self.context.port.track(jobid, events=True)
+
+    def stop_events(self, jobid):
+        """A listener is done with the events of running job ``jobid``
+        (for now): they stop unless a listener still wants them.  Only
+        while the job runs: in CLEANUP the epilog point may be waiting
+        on them, and it asks for them itself when it enters CLEANUP."""
+        if jobid in self.jobs and not self.listeners.want_events(jobid):
+            self.context.port.untrack_events(jobid)
+
+    def together(self):
+        """A context in which the holds and releases made are recorded in
+        one batch of the hold log (see :meth:`HoldLog.together
+        <flux_epilog_gate.gate.holdlog.HoldLog.together>`)."""
+        return self.holdlog.together()
+
+    def on_snapshot(self, snapshotted):
+        """Call ``snapshotted()`` after each snapshot of the hold log
+        (None: stop)."""
+        self.holdlog.on_snapshot = snapshotted
+
+    def end_watches(self, end):
+        """End every watch stream: ``end(sink)`` for each."""
+        streams, self.watchers.streams = self.watchers.streams, []
+        for watcher in streams:
+            end(watcher.sink)
+
+    # Requests
+
+    def snapshot(self, done):
+        """Replace the hold log with a snapshot of the current holds now
+        (its segments too); ``done(size, error)`` once it has: the bytes
+        of the log then, or an OSError (see
+        :meth:`HoldLog.compact <flux_epilog_gate.gate.holdlog.HoldLog.compact>`)."""
+        log = self.holdlog
+        log.compact(lambda error: done(log.size, error))
+
+    # Job-manager callbacks
+
+    def on_run(self, jobid):
+        """The job entered RUN (only for jobs with prolog holds)."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.prolog.on_run(job)
+
+    def on_cleanup(self, jobid):
+        """The job entered CLEANUP: the prolog and dependency points drop
+        or abort their holds, then the epilog point looks for its point."""
+        job = self.jobs.get(jobid)
+        if job:
+            # The prolog and dependency points act on their own holds only:
+            # a job with epilog holds alone (most) skips them.
+            for hold in job.holds.values():
+                if hold.point != EPILOG:
+                    self.prolog.on_cleanup(job)
+                    self.depend.on_cleanup(job)
+                    break
+            self.epilog.on_cleanup(job)
+
+    def on_event(self, jobid, name, state):
+        """An event was posted to a tracked job."""
+        job = self.jobs.get(jobid)
+        if job:
+            self.epilog.on_event(job, name, state)
+
+    # The shutdown's
+
+    @property
+    def shutdown(self):
+        """What the instance's shutdown does
+        (:class:`flux_epilog_gate.gate.shutdown.Shutdown`), once it is
+        watched (:meth:`watch_shutdown`), else None."""
+        return self._shutdown
+
+    def watch_shutdown(self, port):
+        """The instance's shutdown, followed through ``port`` from now on
+        (the broker's states are the caller's to pass it): a shutdown
+        already under way carries on where it is."""
+        self._shutdown = Shutdown(self, port, self._shutdown)
+        self.shutdown_changed()
+        return self._shutdown
+
+    def shutdown_changed(self):
+        """The shutdown may be under way
+        (:attr:`~flux_epilog_gate.gate.shutdown.Shutdown.underway`): the
+        parts it hooks into see it from then on, in the context."""
+        shutdown = self._shutdown
+        underway = shutdown is not None and shutdown.underway
+        self.context.shutdown = shutdown if underway else None
+
+    def reach_point(self, jobid):
+        """Take the job as at its epilog point now (at shutdown)."""
+        job = self.jobs.get(jobid)
+        if job is not None:
+            self.epilog.reach(job)
+
+    # Recovery (the loader's)
+
+    def begin_recovery(self, jobid, userid, keep=True):
+        """A job whose holds will be known once its eventlog is read
+        (``keep``: see :meth:`Recovery.begin`)."""
+        self.holdlog.recovering()
+        self.recovery.begin(jobid, userid, keep)
+
+    # Reload and reconfiguration
+
+    def attach(self, port):
+        """Drive another port: the plugin was loaded again."""
+        self.context.port = port
+        self.holdlog.resume(port)
+
+    def reconfigure(self, config):
+        """Apply a new configuration to holds registered from now on."""
+        self.context.config = config
+        self.jobs.gone.resize(config.gone_limit)
+        self.holdlog.chunk = config.snapshot_chunk
