@@ -181,9 +181,13 @@ class GateDriver(Plugin):
 
     def _follow_listeners(self):
         """Have a held job's exceptions sent to this driver while the
-        gate has listeners and one of them wants them, from now on."""
+        gate has listeners and one of them wants them, from now on, and
+        once the load has recovered every job (a hold read back active
+        is not activated again: its listener wants its events all the
+        same)."""
         self.gate.on_listeners_changed(self._listeners_changed)
         self._listeners_changed()
+        self.load.when_ready(self._listeners_changed, lambda: None)
 
     def _listeners_changed(self):
         # A listener that leaves as its plugin unloads may leave this
