@@ -334,3 +334,18 @@ def test_a_row_not_measured_is_said_so_with_its_ratios(capsys):
     assert "dws-jobtap      not measured (set CORAL2_SRC" in out
     assert "dws / bare: 1.500" in out
     assert "dws / dws-jobtap: not measured" in out
+
+
+def test_dws_nolog_is_built_for_the_run_that_asks_for_it(tmp_path, monkeypatch):
+    built = []
+
+    def build(tmpdir):
+        built.append(tmpdir)
+        return f"{tmpdir}/dws-nolog/dws.so"
+
+    monkeypatch.setattr(instructions, "build_dws_nolog", build)
+    paths, missing = instructions.bench_plugins(["bare", "dws"], str(tmp_path), {})
+    assert (paths, missing, built) == ({}, {}, [])
+    paths, missing = instructions.bench_plugins(["dws-nolog"], str(tmp_path), {})
+    assert paths == {"dws-nolog": f"{tmp_path}/dws-nolog/dws.so"} and missing == {}
+    assert instructions.rabbit_plugin_path("dws-nolog", paths) == paths["dws-nolog"]
