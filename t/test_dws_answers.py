@@ -6,10 +6,10 @@ import json
 import os
 
 import pytest
+from dwsfake import DW, FakeDws
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import submit, wait_event
-from test_dws import DW, FakeDws
 
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance

@@ -40,8 +40,13 @@ class Listeners(list):
             self.changed()
 
     def want_events(self, jobid):
-        """True if some listener wants the events of job ``jobid``."""
-        return any(listener.wants_events(jobid) for listener in self)
+        """True if some listener wants the events of job ``jobid`` (one
+        without ``wants_events`` wants none)."""
+        for listener in self:
+            wants = getattr(listener, "wants_events", None)
+            if wants is not None and wants(jobid):
+                return True
+        return False
 
     def tell(self, method, *args):
         """Call ``method(*args)`` of every listener; one that raises is
