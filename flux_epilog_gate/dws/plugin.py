@@ -34,7 +34,6 @@ filtered in C.
 
 import errno
 import json
-import math
 import syslog
 
 import flux.constants
@@ -42,7 +41,7 @@ from flux.job import JobID
 
 from ..errors import GateError
 from ..gate import protocol
-from ..gate.config import Config
+from ..gate.config import Config, ConfigError
 from ..gate.holds import ACTIVE
 from ..gate.holds import DEPEND as DEPEND_POINT
 from ..gate.holds import EPILOG as EPILOG_POINT
@@ -50,6 +49,7 @@ from ..gate.holds import PROLOG as PROLOG_POINT
 from ..jobtap.plugin import Refused, RequestError, job_topic, plugin_topic
 from ..jobtap.plugin import request as rpc_method
 from ..plugin import GateDriver, after_recovery
+from .config import epilog_timeout
 from .constraints import ConstraintError, combine
 from .eventlog import created_before, held_actions
 from .names import (
@@ -116,16 +116,6 @@ def not_started(jobid, description, why=None):
     return text
 
 
-def parse_timeout(options):
-    """The epilog timeout of the load options (seconds, <= 0: none)."""
-    value = options.get("epilog-timeout", 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Refused(f"dws: epilog-timeout: {value!r} is not a number of seconds")
-    if not math.isfinite(value):
-        raise Refused(f"dws: epilog-timeout: {value!r} is not finite")
-    return float(value)
-
-
 class Dws(GateDriver):
     """The ``dws`` plugin: holds rabbit jobs with the gate for the DWS
     service."""
@@ -137,6 +127,9 @@ class Dws(GateDriver):
     def __init__(self, jobtap):
         super().__init__(jobtap)
         self.epilog_timeout = 0.0
+        #: Why the epilog timeout in force is not the load's (a load
+        #: despite a bad one while the instance started), or None.
+        self.config_error = None
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
@@ -149,7 +142,7 @@ class Dws(GateDriver):
         nothing: the options are the load's)."""
         if self.configured:
             return
-        timeout = parse_timeout(self.jobtap.load_options())
+        timeout = self._timeout()
         if not self.jobtap.load_options_given():
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
         self.log(syslog.LOG_INFO, f"epilog timeout = {timeout:.3f}s")
@@ -161,6 +154,23 @@ class Dws(GateDriver):
         self.configured = True
         self.when_ready(self.adopt)
 
+    def _timeout(self):
+        """The load's epilog timeout.  A bad one fails the load (Refused),
+        unless the instance is starting: then, as the C plugin does, the
+        plugin runs without a timeout and says why (an error in the log
+        and ``config_error`` in its query)."""
+        try:
+            return epilog_timeout(self.jobtap.load_options())
+        except ConfigError as exc:
+            if not self.instance_starting():
+                raise Refused(f"dws: {exc}") from None
+            self.config_error = (
+                f"{exc}: loaded without an epilog timeout (fix the option, "
+                "then load dws.so again)"
+            )
+            self.log(syslog.LOG_ERR, self.config_error)
+            return 0.0
+
     def forward(self, new=False, depend=False):
         """The gate's job.new while it loads; every rabbit job's
         job.state.depend, always (rules are epilog-gate.so's)."""
@@ -171,6 +181,7 @@ class Dws(GateDriver):
     def query(self, args):
         return {
             "epilog-timeout": self.epilog_timeout,
+            "config_error": self.config_error,
             "drives-gate": self.driving,
             "prologs": self._active(SETUP),
             "epilogs": self._active(EPILOG),

@@ -104,7 +104,7 @@ def parse_duration(value, key="timeout"):
         raise ConfigError(
             f"{key}: expected a duration such as 30 or 10m, got {shown(value)}"
         )
-    seconds = _fsd_seconds(value) if isinstance(value, str) else as_seconds(value)
+    seconds = fsd_seconds(value) if isinstance(value, str) else as_seconds(value)
     if seconds is None:
         raise ConfigError(
             f"{key}: {shown(value)} is not a duration (seconds, or a number "
@@ -139,8 +139,10 @@ _NOT_FINITE = re.compile(r"[-+]?(?:inf|infinity|nan)", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def _fsd_seconds(text):
-    """Seconds of a duration's text, or None if it is not one."""
+def fsd_seconds(text):
+    """Seconds of a duration's text (a Flux Standard Duration in ASCII,
+    see :func:`parse_duration`), or None if it is not one.  Not checked
+    further: it may be 0, negative, infinite or NaN."""
     match = _FSD.fullmatch(text)
     if match:
         number, unit = match.groups()

@@ -141,6 +141,19 @@ class GateDriver(Plugin):
     def committed(self):
         return self.host is not None
 
+    def instance_starting(self):
+        """True while the job-manager starts or rc1 runs: then a load
+        refused for its configuration would stop the instance (the
+        job-manager fails on a ``[job-manager] plugins`` load that fails,
+        rc1 on a ``flux jobtap load``), and with it the recovery of its
+        jobs' holds, so a plugin of the gate loads despite a bad
+        configuration and says so.  When the broker does not say, True:
+        a load with an error logged is better than an instance that does
+        not start."""
+        if self.jobtap.job_manager_starting() is not False:
+            return True
+        return self.jobtap.broker_state() in ("init", None)
+
     @property
     def driving(self):
         # Asked at every call of a held job: one property, not two.
@@ -497,7 +510,7 @@ class EpilogGatePlugin(GateDriver):
         being recovered.  The gate then loads with the load options
         alone, or the table alone, or the defaults, and says so at
         level error and in ``flux jobtap query`` (``config_error``)."""
-        if not self._instance_starting():
+        if not self.instance_starting():
             raise Refused(f"epilog-gate: {error}") from None
         if self.committed:
             # The job-manager's second conf.update of its start: the
@@ -509,15 +522,6 @@ class EpilogGatePlugin(GateDriver):
             self.config_error = f"{error}: {in_force or 'configuration kept'}"
             self.jobtap.log(syslog.LOG_ERR, self.config_error)
         return config
-
-    def _instance_starting(self):
-        """True while the job-manager starts or rc1 runs (see
-        :meth:`_despite`); when the broker does not say, True: a load
-        with the defaults and an error is better than an instance that
-        does not start."""
-        if self.jobtap.job_manager_starting() is not False:
-            return True
-        return self.jobtap.broker_state() in ("init", None)
 
     def _fallback(self, table):
         """The configuration a load despite an error takes, and what it
