@@ -25,7 +25,8 @@ from .holds import EPILOG, POINTS, description_error
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
-#: an exception inside the job-manager is contained (tests only).  With
+#: an exception inside the job-manager is contained (tests only: a load
+#: option, never a key of the ``[epilog-gate]`` table, see OPTION_ONLY).  With
 #: ``init`` (Python's start-up of the instance) and ``plugin-init`` (the end
 #: of ``flux_plugin_init``, in C) the load itself fails: both are read from
 #: the load options.  ``slow-recovery`` is no fault: it delays each read
@@ -336,6 +337,11 @@ _PARSERS = {
 }
 KEYS = tuple(_PARSERS)
 
+#: Keys taken only as load options: ``debug-fault`` is a switch of the
+#: tests, which give it to the load they test; in the instance's
+#: ``[epilog-gate]`` table it would break the gate of a real instance.
+OPTION_ONLY = frozenset({"debug-fault"})
+
 
 def _read_source(source, origin, overridden=()):
     """The Config attributes a source sets (``origin``: TABLE or OPTION),
@@ -349,7 +355,15 @@ def _read_source(source, origin, overridden=()):
     values = {}
     for key, value in source.items():
         if key not in _PARSERS:
-            raise ConfigError(f"{key}: unknown {origin} key (known: {', '.join(KEYS)})")
+            known = [k for k in KEYS if origin == OPTION or k not in OPTION_ONLY]
+            raise ConfigError(
+                f"{key}: unknown {origin} key (known: {', '.join(known)})"
+            )
+        if key in OPTION_ONLY and origin != OPTION:
+            raise ConfigError(
+                f"{key}: a switch of the tests, taken only as a load option, "
+                f"never from {TABLE}"
+            )
         attribute, parse = _PARSERS[key]
         try:
             values[attribute] = parse(value, key, origin)
