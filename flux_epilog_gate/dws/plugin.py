@@ -646,13 +646,13 @@ class Dws(GateDriver):
 
     # Requests
 
-    @rpc_method("list", guests=True)
+    @rpc_method("list", guests=True, max_bytes=protocol.REQUEST_BYTES_MAX)
     @after_recovery
     def list_request(self, request):
         """The gate's ``list``, served under dws's name too: with dws.so
         loaded alone, ``flux-epilog-gate list`` shows a rabbit job's holds."""
-        payload = request.payload
         try:
+            payload = request.payload
             payload = payload if payload is not None else {}
             jobid = protocol.parse_list(payload)
             text = self.gate.list_json(

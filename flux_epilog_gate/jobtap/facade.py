@@ -529,15 +529,16 @@ class Jobtap:
 
     # Services
 
-    def register(self, method, index, guests=False, handler=None):
+    def register(self, method, index, guests=False, handler=None, max_bytes=0):
         """Register RPC method ``method`` (Python's number ``index``),
         answered by runtime_request_cb or by the C message handler
-        ``handler`` of the plugin's extension."""
+        ``handler`` of the plugin's extension, taking payloads of at most
+        ``max_bytes`` (0: any)."""
         rolemask = self.lib.FLUX_ROLE_OWNER | (self.lib.FLUX_ROLE_USER if guests else 0)
         cb = self.lib.runtime_request_cb if handler is None else handler
         self.check(
             self.lib.runtime_service_register(
-                self.p, method.encode(), index, rolemask, cb
+                self.p, method.encode(), index, rolemask, max_bytes, cb
             )
         )
 

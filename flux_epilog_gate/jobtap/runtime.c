@@ -84,6 +84,7 @@ struct runtime_topic {
 struct runtime_method {
     struct runtime_ctx *ctx;
     int index;
+    size_t max_bytes;           /* largest payload taken (0: any) */
     struct runtime_method *next;
 };
 
@@ -584,6 +585,36 @@ static void runtime_respond_undecodable (flux_t *h, const flux_msg_t *msg)
         flux_log_error (h, "%s: responding", RUNTIME_NAME);
 }
 
+/* Answer a request whose payload is larger than its method takes
+ * (max_bytes): EMSGSIZE naming the method and the limit.  A request a
+ * plugin keeps (a stream's, one waiting on a commit) keeps its payload
+ * in the broker: the bound is what one request can make the broker
+ * hold.  Returns 1 if the request was answered so.
+ */
+int runtime_request_oversize (flux_t *h, const flux_msg_t *msg, void *arg)
+{
+    struct runtime_method *m = arg;
+    const void *data = NULL;
+    size_t size = 0;
+    const char *topic = NULL;
+    const char *method;
+    char text[160];
+
+    if (m->max_bytes == 0
+        || flux_msg_get_payload (msg, &data, &size) < 0
+        || size <= m->max_bytes)
+        return 0;
+    if (flux_msg_get_topic (msg, &topic) < 0 || !topic)
+        topic = "request";
+    method = strrchr (topic, '.');
+    snprintf (text, sizeof (text),
+              "%s: a payload of %zu bytes is more than the limit of %zu",
+              method ? method + 1 : topic, size, m->max_bytes);
+    if (flux_respond_error (h, msg, EMSGSIZE, text) < 0)
+        flux_log_error (h, "%s: responding", RUNTIME_NAME);
+    return 1;
+}
+
 /* The message handler of every RPC method, unless the plugin's C
  * extension registers its own (which may end in this one): the request
  * is decoded here, so Python gets plain values.
@@ -602,6 +633,8 @@ void runtime_request_cb (flux_t *h,
             flux_log_error (h, "%s: responding", RUNTIME_NAME);
         return;
     }
+    if (runtime_request_oversize (h, msg, m))
+        return;
     if (flux_request_decode (msg, NULL, &payload) < 0) {
         runtime_respond_undecodable (h, msg);
         return;
@@ -1090,10 +1123,12 @@ int runtime_job_lookup (flux_plugin_t *p,
 }
 
 /* Register RPC method 'name' (index 'index' for Python) with message
- * handler 'cb' (runtime_request_cb or a C extension's).
+ * handler 'cb' (runtime_request_cb or a C extension's), taking payloads
+ * of at most 'max_bytes' (0: any).
  */
 int runtime_service_register (flux_plugin_t *p, const char *name, int index,
-                              uint32_t rolemask, flux_msg_handler_f cb)
+                              uint32_t rolemask, size_t max_bytes,
+                              flux_msg_handler_f cb)
 {
     struct runtime_ctx *ctx = runtime_ctx_get (p);
     struct runtime_method *m;
@@ -1102,6 +1137,7 @@ int runtime_service_register (flux_plugin_t *p, const char *name, int index,
         return -1;
     m->ctx = ctx;
     m->index = index;
+    m->max_bytes = max_bytes;
     m->next = ctx->methods;
     ctx->methods = m;
     return flux_jobtap_service_register_ex (p, name, rolemask, cb, m);

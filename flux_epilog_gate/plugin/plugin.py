@@ -22,6 +22,9 @@ from . import fast
 from .driver import GateDriver, after_recovery
 from .gcpolicy import FREEZER
 
+#: The largest payload of a request to the gate (see gate/protocol.py).
+MAX_BYTES = protocol.REQUEST_BYTES_MAX
+
 
 def _answers_refusals(handler):
     """A request handler whose GateError (ValueError: a malformed payload)
@@ -168,12 +171,12 @@ class EpilogGatePlugin(GateDriver):
 
     # Requests
 
-    @request("disconnect", guests=True)
+    @request("disconnect", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     def disconnect(self, request):
         self.gate.unwatch(lambda sink: self.jobtap.disconnect_match(request.msg, sink))
 
-    @request("hold", guests=True, c_handler="gate_hold_cb")
+    @request("hold", guests=True, c_handler="gate_hold_cb", max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def hold_request(self, request):
@@ -186,14 +189,14 @@ class EpilogGatePlugin(GateDriver):
             request.msg, *parsed, point=protocol.parse_hold_point(payload)
         )
 
-    @request("release", guests=True, c_handler="gate_release_cb")
+    @request("release", guests=True, c_handler="gate_release_cb", max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def release_request(self, request):
         _require_owner("release", request.owner)
         self.fast.release_message(request.msg, *protocol.parse_release(request.payload))
 
-    @request("list", guests=True)
+    @request("list", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def list_request(self, request):
@@ -206,7 +209,7 @@ class EpilogGatePlugin(GateDriver):
         )
         self.jobtap.send_text(request.msg, text)
 
-    @request("snapshot", guests=True)
+    @request("snapshot", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def snapshot_request(self, request):
@@ -229,7 +232,7 @@ class EpilogGatePlugin(GateDriver):
 
         self.gate.snapshot(done)
 
-    @request("watch", guests=True)
+    @request("watch", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def watch_request(self, request):
@@ -246,7 +249,7 @@ class EpilogGatePlugin(GateDriver):
             points=points,
         )
 
-    @request("watch-ack", guests=True)
+    @request("watch-ack", guests=True, max_bytes=MAX_BYTES)
     @_answers_refusals
     def watch_ack_request(self, request):
         """A watcher read ``count`` activations of its stream (named by the
