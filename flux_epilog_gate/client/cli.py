@@ -56,7 +56,9 @@ class Usage(Exception):
 # Argument types
 
 
-def JobID(value):  # noqa: N802 (flux.job.JobID, imported when used)
+def flux_jobid(value):
+    """``flux.job.JobID(value)``, imported when first used (the command
+    starts faster without it)."""
     from flux.job import JobID
 
     return JobID(value)
@@ -64,7 +66,7 @@ def JobID(value):  # noqa: N802 (flux.job.JobID, imported when used)
 
 def jobid(text):
     try:
-        return JobID(text)
+        return flux_jobid(text)
     except (OSError, ValueError, TypeError):
         raise argparse.ArgumentTypeError(f"invalid job id {text!r}") from None
 
@@ -109,7 +111,7 @@ class HoldInfo:
     """One hold as the ``list`` format fields see it."""
 
     def __init__(self, hold, now):
-        self.id = JobID(hold["id"])
+        self.id = flux_jobid(hold["id"])
         self.description = hold["description"]
         self.state = hold["state"]
         self.point = hold.get("point", "epilog")
@@ -238,7 +240,7 @@ def cmd_hold(args):
         args.jobid, args.description, args.timeout, point
     )
     if not args.quiet:
-        print(f"{JobID(hold['id']).f58} {hold['description']} {hold['state']}")
+        print(f"{flux_jobid(hold['id']).f58} {hold['description']} {hold['state']}")
 
 
 def cmd_release(args):
@@ -246,7 +248,7 @@ def cmd_release(args):
     description, targets = release_targets(gate, args)
     answers = gate.release_many(targets, args.status)
     for (target, _), answer in zip(targets, answers):
-        what = f"{JobID(target).f58} {description}"
+        what = f"{flux_jobid(target).f58} {description}"
         if isinstance(answer, OSError):
             LOGGER.error("%s: %s", what, answer.strerror or answer)
         elif not answer["released"]:
@@ -430,7 +432,7 @@ def cmd_watch(args):
             prolog = f" {point}" if point != "epilog" else ""
             aborted = " aborted" if hold.get("aborted") else ""
             print(
-                f"{JobID(hold['id']).f58} {hold['description']} "
+                f"{flux_jobid(hold['id']).f58} {hold['description']} "
                 f"userid={hold['userid']} {ran}{prolog}{aborted}",
                 flush=True,
             )

@@ -150,7 +150,7 @@ class Dws(GateDriver):
         # The gate dws.so loads (alone) has the defaults: epilog-gate's
         # configuration is epilog-gate.so's.
         self.commit(Config())
-        self.gate.listeners.append(self)
+        self.gate.add_listener(self)
         self.configured = True
         self.when_ready(self.adopt)
 
@@ -174,8 +174,8 @@ class Dws(GateDriver):
     def forward(self, new=False, depend=False):
         """The gate's job.new while it loads; every rabbit job's
         job.state.depend, always (rules are epilog-gate.so's)."""
-        self.jobtap.forward("job.new", new)
-        self.jobtap.forward("job.state.depend", True)
+        self.jobtap.marks.forward("job.new", new)
+        self.jobtap.marks.forward("job.state.depend", True)
 
     @plugin_topic("plugin.query")
     def query(self, args):
@@ -188,11 +188,7 @@ class Dws(GateDriver):
         }
 
     def _active(self, description):
-        return sorted(
-            jobid
-            for jobid, job in self.gate.jobs.items()
-            if description in job.holds and job.holds[description].state == ACTIVE
-        )
+        return self.gate.jobs_holding(description, ACTIVE)
 
     def log(self, level, text):
         self.jobtap.log(level, text)
@@ -206,14 +202,13 @@ class Dws(GateDriver):
 
     def raise_exception(self, jobid, type, note):
         try:
-            self.jobtap.raise_job_exception(jobid, type, 0, note)
+            self.jobtap.jobs.raise_exception(jobid, type, 0, note)
         except OSError as exc:
             self.log(syslog.LOG_ERR, f"raising {type} on {f58(jobid)}: {exc}")
 
     def holds(self, jobid):
         """The job's holds in the gate ({} if none)."""
-        job = self.gate.jobs.get(jobid)
-        return job.holds if job is not None else {}
+        return self.gate.job_holds(jobid)
 
     def active(self, jobid, description):
         hold = self.holds(jobid).get(description)
@@ -232,7 +227,7 @@ class Dws(GateDriver):
         A hold that became active while dws.so was removed from this same
         job-manager is started now, as it would have been then (one that
         an earlier instance started is not asked of the service again)."""
-        since = self.host.left.pop(self.name, None) if self.host else None
+        since = self.host.departures.pop(self.name, None) if self.host else None
         for jobid in self._active(SETUP):
             if since is not None and self.holds(jobid)[SETUP].t_start >= since:
                 if self.is_rabbit(jobid):
@@ -262,8 +257,7 @@ class Dws(GateDriver):
             "userid": job.userid,
             "failure_tolerance": tolerance,
         }
-        record = self.gate.jobs.get(job.id)
-        if record is not None and record.recovering:
+        if self.gate.recovering(job.id):
             # Held before this load, maybe: its holds are being read back.
             jobid = job.id
             self.when_ready(lambda: self.recovered(jobid, payload))
@@ -272,7 +266,7 @@ class Dws(GateDriver):
 
     def recovered(self, jobid, payload):
         try:
-            state = self.jobtap.lookup_job(jobid).get("state")
+            state = self.jobtap.jobs.lookup(jobid).get("state")
         except OSError:
             return
         if state == DEPEND:
@@ -282,7 +276,7 @@ class Dws(GateDriver):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
         was done before this load."""
         holds = self.holds(jobid)
-        if CREATE in holds or self.gate.gone.get(jobid, CREATE):
+        if CREATE in holds or self.gate.gone(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
             # has the job's workflow.
             return
@@ -292,7 +286,7 @@ class Dws(GateDriver):
             return
         # A job in DEPEND that the gate never held: another plugin (such
         # as dws-jobtap.so) may have asked for its storage already.
-        self.jobtap.read_kvs(
+        self.jobtap.kvs.read(
             f"{JobID(jobid).kvs}.eventlog",
             lambda text, error: self.inherit(jobid, payload, text, error),
         )
@@ -332,7 +326,9 @@ class Dws(GateDriver):
         return True
 
     def send_create(self, jobid, payload):
-        self.jobtap.rpc("dws.create", payload, lambda f: self.created(jobid, f))
+        self.jobtap.messages.rpc(
+            "dws.create", payload, lambda f: self.created(jobid, f)
+        )
 
     def created(self, jobid, future):
         try:
@@ -364,7 +360,7 @@ class Dws(GateDriver):
             request.respond(None)
             return
         try:
-            job = self.jobtap.lookup_job(jobid)
+            job = self.jobtap.jobs.lookup(jobid)
         except OSError:
             job = None
         if job is None or job.get("state") != DEPEND:
@@ -376,7 +372,7 @@ class Dws(GateDriver):
                 jobid, system, payload["exclude"]
             )
         try:
-            self.jobtap.jobspec_update(jobid, update)
+            self.jobtap.jobs.jobspec_update(jobid, update)
         except OSError as exc:
             errmsg = "could not update jobspec with new constraints and resources"
             self.log(syslog.LOG_ERR, f"{f58(jobid)}: {errmsg}: {exc}")
@@ -385,7 +381,7 @@ class Dws(GateDriver):
         try:
             if not self.release(jobid, CREATE, 0):
                 # Added by another plugin before this one was loaded.
-                self.jobtap.dependency_remove(jobid, CREATE)
+                self.jobtap.jobs.dependency_remove(jobid, CREATE)
         except (OSError, GateError) as exc:
             errmsg = "Failed to remove dependency for job"
             self.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
@@ -422,13 +418,13 @@ class Dws(GateDriver):
         """True if the job asks for rabbit storage (a hold of this name
         on another job is someone else's)."""
         try:
-            jobspec = self.jobtap.lookup_job(jobid).get("jobspec", {})
+            jobspec = self.jobtap.jobs.lookup(jobid).get("jobspec", {})
         except OSError:
             return False
         return "dw" in jobspec.get("attributes", {}).get("system", {})
 
     def start_setup(self, jobid):
-        self.jobtap.read_kvs(
+        self.jobtap.kvs.read(
             f"{JobID(jobid).kvs}.R",
             lambda text, error: self.send_setup(jobid, text, error),
         )
@@ -442,7 +438,7 @@ class Dws(GateDriver):
         except ValueError:
             self.setup_failed(jobid, "Failed to unpack R")
             return
-        self.jobtap.rpc(
+        self.jobtap.messages.rpc(
             "dws.setup", {"jobid": jobid, "R": R}, lambda f: self.set_up(jobid, f)
         )
 
@@ -475,7 +471,7 @@ class Dws(GateDriver):
         payload = self.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
         hold = self.holds(jobid).get(SETUP)
-        if hold is None and self.gate.gone.get(jobid, SETUP):
+        if hold is None and self.gate.gone(jobid, SETUP):
             # Ended already (a failed setup, a cancel): the service's
             # request crossed the end.
             request.respond(None)
@@ -497,7 +493,9 @@ class Dws(GateDriver):
         variables from it); on failure end its prolog and raise
         RequestError."""
         try:
-            self.jobtap.post_event(jobid, "dws_environment", {"variables": variables})
+            self.jobtap.jobs.post_event(
+                jobid, "dws_environment", {"variables": variables}
+            )
         except OSError as exc:
             errmsg = "failed to post dws_environment event"
             self.setup_failed(jobid, errmsg)
@@ -516,9 +514,9 @@ class Dws(GateDriver):
             try:
                 if description == SETUP:
                     self.post_environment(jobid, variables)
-                    self.jobtap.prolog_finish_job(jobid, SETUP, 0)
+                    self.jobtap.jobs.prolog_finish(jobid, SETUP, 0)
                 else:
-                    self.jobtap.epilog_finish_job(jobid, EPILOG, 0)
+                    self.jobtap.jobs.epilog_finish(jobid, EPILOG, 0)
             except RequestError as exc:
                 request.error(exc.errnum, exc.message)
                 return
@@ -527,14 +525,14 @@ class Dws(GateDriver):
                 return
             request.respond(None)
 
-        self.jobtap.read_kvs(f"{JobID(jobid).kvs}.eventlog", finish)
+        self.jobtap.kvs.read(f"{JobID(jobid).kvs}.eventlog", finish)
 
     # Epilog: dws-epilog
 
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
         started = self.gate.posted(jobid, "start")
-        self.jobtap.rpc(
+        self.jobtap.messages.rpc(
             "dws.post_run",
             {"jobid": jobid, "run_started": started},
             lambda f: self.post_ran(jobid, f),
@@ -565,7 +563,7 @@ class Dws(GateDriver):
     def epilog_timed_out(self, jobid):
         self.timers.pop(jobid, None)
         try:
-            state = self.jobtap.lookup_job(jobid).get("state")
+            state = self.jobtap.jobs.lookup(jobid).get("state")
         except OSError:
             return
         if state == CLEANUP:
@@ -589,13 +587,13 @@ class Dws(GateDriver):
         """The job's storage is torn down: ``{id}``; let it go inactive."""
         jobid = self.payload_of(request, "epilog-remove", (), raise_on_job=False)["id"]
         try:
-            state = self.jobtap.lookup_job(jobid).get("state")
+            state = self.jobtap.jobs.lookup(jobid).get("state")
         except OSError:
             state = None
         if state != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.holds(jobid).get(EPILOG)
-        if hold is None and not self.gate.gone.get(jobid, EPILOG):
+        if hold is None and not self.gate.gone(jobid, EPILOG):
             self.finish_foreign(request.detach(), jobid, EPILOG)
             return
         if hold is not None and hold.state != ACTIVE:
@@ -626,11 +624,11 @@ class Dws(GateDriver):
         elif self.active(jobid, EPILOG):
             if context.get("type") == EPILOG_TIMEOUT:
                 # Answered, but nothing waits for the answer.
-                self.jobtap.rpc("dws.abort", {"jobid": jobid})
+                self.jobtap.messages.rpc("dws.abort", {"jobid": jobid})
                 self.stop_timeout(jobid)
                 self.release(jobid, EPILOG, 1, raised=True)
             else:
-                self.jobtap.rpc("dws.teardown", {"jobid": jobid})
+                self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})
 
     def inactive(self, jobid):
         self.stop_timeout(jobid)
@@ -638,10 +636,10 @@ class Dws(GateDriver):
     def unload(self):
         for jobid in list(self.timers):
             self.stop_timeout(jobid)
-        if self.gate is not None and self in self.gate.listeners:
-            self.gate.listeners.remove(self)
+        if self.gate is not None:
+            self.gate.remove_listener(self)
         if self.host is not None:
-            self.host.left[self.name] = self.jobtap.now()
+            self.host.departures[self.name] = self.jobtap.now()
         super().unload()
 
     # Requests
@@ -666,7 +664,7 @@ class Dws(GateDriver):
             raise RequestError(
                 errno.EPROTO, f"list: malformed payload: {exc}"
             ) from None
-        self.jobtap.send_text(request.msg, text)
+        self.jobtap.messages.send_text(request.msg, text)
 
     def payload_of(self, request, method, keys, raise_on_job=True):
         """The payload of ``request`` if it is an object with an integer

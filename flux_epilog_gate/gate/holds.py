@@ -188,7 +188,7 @@ class Hold:
         self.timeout = timeout
         self.timer = None
         # t_hold as json writes it, once the hold's log line is made (see
-        # holdlog.hold_entry): snapshots and list answers write it again.
+        # logentries.hold_entry): snapshots and list answers write it again.
         self.t_text = t_text
         self.point = point
         # An active prolog hold whose job will never start (it entered
@@ -213,13 +213,6 @@ class Hold:
         if self.timeout is not None:
             entry["timeout"] = self.timeout
         return entry
-
-    def to_json(self):
-        """Return :meth:`to_dict` as compact JSON text, as ``list``
-        answers it (see :mod:`flux_epilog_gate.gate.listing`)."""
-        from .listing import entries
-
-        return entries((self,))[0]
 
     def __repr__(self):
         return f"Hold({self.id}, {self.description!r}, {self.state})"

@@ -32,7 +32,7 @@ class Lifecycle:
 
     def __init__(
         self,
-        port,
+        context,
         jobs,
         holdlog,
         timeouts,
@@ -41,8 +41,9 @@ class Lifecycle:
         stats,
         losses,
         listeners,
+        points,
     ):
-        self.port = port
+        self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.timeouts = timeouts
@@ -52,23 +53,20 @@ class Lifecycle:
         self.losses = losses
         self.listeners = listeners
         #: The hold points by name (:class:`~flux_epilog_gate.gate.points.HoldPoint`).
-        self.points = {}
-        #: The instance's shutdown (:mod:`flux_epilog_gate.gate.shutdown`)
-        #: while there is one: told of each activation.
-        self.shutdown = None
+        self.points = points
 
     # Becoming active
 
     def activated(self, hold):
         """``hold`` is active now: its point posted its start event."""
         hold.state = ACTIVE
-        hold.t_start = self.port.now()
+        hold.t_start = self.context.port.now()
         self.stats["activated"] += 1
         if hold.timeout is not None:
             self.arm(hold)
         self.watchers.notify(hold)
-        if self.shutdown is not None:
-            self.shutdown.activated(hold)
+        if self.context.shutdown is not None:
+            self.context.shutdown.activated(hold)
         if self.listeners:
             self.listeners.tell("activated", hold)
 
@@ -106,7 +104,7 @@ class Lifecycle:
         self.stats.finished(reason, status)
         # Before the finish, which may end the job.  (Tested here: the
         # call costs more than the test, and most sites do not annotate.)
-        if self.annotations.config.annotate:
+        if self.context.config.annotate:
             self.annotations.update(job)
         self.points[hold.point].finish(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
@@ -127,7 +125,7 @@ class Lifecycle:
         job = self.jobs.get(hold.id)
         if job is None or job.holds.get(hold.description) is not hold:
             return
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR,
             f"{f58(hold.id)}: hold {hold.description} withdrawn: "
             "its record could not be committed",
@@ -153,7 +151,7 @@ class Lifecycle:
     def finish_released(self, job, hold, status):
         """Post the end (and exception) of an acknowledged release that a
         crash kept out of the job's eventlog (``hold`` is off the job)."""
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_INFO,
             f"{f58(job.id)}: finishing hold {hold.description}, released "
             "before the restart",

@@ -57,8 +57,8 @@ class Losses:
     loader (:meth:`check_unseen`, after a load into a new job-manager).
     """
 
-    def __init__(self, port, jobs, holdlog, stats):
-        self.port = port
+    def __init__(self, context, jobs, holdlog, stats):
+        self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.stats = stats
@@ -94,7 +94,7 @@ class Losses:
         # Counted before any is read: an answer may come at once.
         self._reading += len(unseen)
         for jobid, descriptions in unseen:
-            self.port.read_eventlog(
+            self.context.port.read_eventlog(
                 jobid,
                 lambda events, error, jobid=jobid, d=descriptions: self.ended(
                     jobid, d, events, error
@@ -117,7 +117,7 @@ class Losses:
             if getattr(error, "errno", None) == errno.ENOENT:
                 self._unknown_job(jobid, descriptions)
             else:
-                self.port.log(
+                self.context.port.log(
                     syslog.LOG_ERR,
                     f"job {f58(jobid)}: eventlog lookup: {error}: its holds "
                     f"{', '.join(descriptions)} were not checked",
@@ -126,7 +126,7 @@ class Losses:
         # The job-manager's word, not the eventlog's: the clean it posts
         # as it restarts may not be committed yet.
         try:
-            state, _ = self.port.job_info(jobid)
+            state, _ = self.context.port.job_info(jobid)
         except OSError:
             state = INACTIVE
         if state != INACTIVE or jobid in self.jobs:
@@ -141,13 +141,13 @@ class Losses:
         )
         for description in descriptions:
             if description not in started:
-                self._lost(Hold(jobid, description, userid, self.port.now()))
+                self._lost(Hold(jobid, description, userid, self.context.port.now()))
 
     def _unknown_job(self, jobid, descriptions):
         self._unknown += 1
         if self._unknown > UNKNOWN_LOGGED:
             return
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_WARNING,
             f"job {f58(jobid)} is named in the hold log but has no "
             "eventlog (purged, or not replayed after a crash): what "
@@ -158,7 +158,7 @@ class Losses:
         """Every eventlog read has answered: say how many jobs with no
         eventlog were not named."""
         if self._unknown > UNKNOWN_LOGGED:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_WARNING,
                 f"{self._unknown - UNKNOWN_LOGGED} more jobs ({self._unknown} in "
                 "all) are named in the hold log but have no eventlog: what "
@@ -180,7 +180,7 @@ class Losses:
 
     def _lost(self, hold, why=WHY):
         self.stats["lost"] += 1
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR,
             f"hold {hold.description} of job {f58(hold.id)} was lost: {why}",
         )

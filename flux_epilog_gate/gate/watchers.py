@@ -103,9 +103,8 @@ class Watchers:
     hold active or aborted (the lifecycle, the points, recovery).
     """
 
-    def __init__(self, port, config, jobs):
-        self.port = port
-        self.config = config
+    def __init__(self, context, jobs):
+        self.context = context
         self.jobs = jobs
         self.streams = []
         self.ended_behind = 0
@@ -170,14 +169,14 @@ class Watchers:
 
     def _offer(self, watcher, payload):
         """Send ``payload`` to ``watcher``, or queue it behind what waits."""
-        backlog = self.config.watch_backlog
+        backlog = self.context.config.watch_backlog
         # watcher.unacknowledged >= watcher.window(backlog) and _send(),
         # written out: this runs for every activation.
         if watcher.queue or watcher.sent - watcher.acked >= min(WINDOW, backlog):
             watcher.queue.append(payload)
             if watcher.behind > backlog:
                 self._end_behind(watcher)
-        elif self.port.send_activation(watcher.sink, payload):
+        elif self.context.port.send_activation(watcher.sink, payload):
             watcher.sent += 1
         else:
             self._drop(watcher)
@@ -185,7 +184,7 @@ class Watchers:
     def _drain(self, watcher):
         """Send what waits while the stream has room."""
         queue = watcher.queue
-        window = watcher.window(self.config.watch_backlog)
+        window = watcher.window(self.context.config.watch_backlog)
         while queue and watcher.unacknowledged < window:
             item = queue.popleft()
             if watcher.initial:
@@ -199,7 +198,7 @@ class Watchers:
                 return
 
     def _send(self, watcher, payload):
-        if self.port.send_activation(watcher.sink, payload):
+        if self.context.port.send_activation(watcher.sink, payload):
             watcher.sent += 1
             return True
         self._drop(watcher)
@@ -208,14 +207,14 @@ class Watchers:
     def _end_behind(self, watcher):
         """End the stream of a client that does not read (its memory goes
         with it)."""
-        bound = self.config.watch_backlog
-        self.port.end_watch(
+        bound = self.context.config.watch_backlog
+        self.context.port.end_watch(
             watcher.sink,
             errno.ENOBUFS,
             f"watch: more than {bound} activations not acknowledged "
             f"(watch-backlog={bound}): the watcher fell behind; watch again",
         )
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_WARNING,
             f"ended a watch stream that fell behind (watch-backlog={bound})",
         )

@@ -149,9 +149,7 @@ class Driver:
         refused, watch streams end, the gate is suspended and kept for the
         next load in this job-manager."""
         self.load.close()
-        for watcher in self.gate.watchers:
-            watcher.sink.end("unloaded")
-        self.gate.watchers = []
+        self.gate.end_watches(lambda sink: sink.end("unloaded"))
         self.gate.suspend()
         self.port.close()
         self.state.gate = self.gate

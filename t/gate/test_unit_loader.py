@@ -324,7 +324,7 @@ def test_a_snapshot_with_nothing_to_keep_is_not_empty(port):
     port.defer_commits = True
     gate.hold(11, "bb")
     gate.release(11, "bb")
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     port.complete_commit()
     port.complete_commit()
     key, text, append = port.commits[-1]
@@ -421,7 +421,7 @@ def test_a_load_never_fails_and_every_valid_hold_comes_back(log, state, form):
     assert len(errors(port)) <= SKIPPED_LOGGED + 1
     # What the gate writes next is a log it reads back the same.
     if holds:
-        gate.holdlog.appends = 10**6
+        gate.holdlog.compaction.appends = 10**6
         port.add_job(99, SCHED, USER)
         gate.hold(99, "next")
         again = parse(port.kvs[KEY])[0]
