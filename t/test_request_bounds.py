@@ -5,6 +5,7 @@ that is not JSON with EPROTO naming the method, never an internal
 error.  One real instance with both plugins loaded."""
 
 import errno
+import gc
 import json
 import os
 import time
@@ -18,7 +19,9 @@ from jobs import dmesg, query
 from test_access import FLUX_ROLE_USER, open_as
 from watchload import broker_rss_kib, wait_watchers, watchers
 
+from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.protocol import REQUEST_BYTES_MAX, WATCH_DESCRIPTIONS_MAX
+from flux_epilog_gate.gate.watchers import WATCHES_PER_USER
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
@@ -154,24 +157,52 @@ def test_a_watch_of_the_most_descriptions_of_the_longest_kind_is_taken(inst):
     wait_watchers(inst, before)
 
 
+def test_a_guest_has_so_many_watch_streams_at_most(inst):
+    """And so many times a request's bytes in the broker; the owner has
+    no such limit."""
+    before = watchers(inst)
+    userid = os.getuid() + 2
+    handle = open_as(inst.uri, userid, FLUX_ROLE_USER)
+    gate = EpilogGate(handle)
+    streams = [gate.watch_async(["bb"]) for _ in range(WATCHES_PER_USER)]
+    wait_watchers(inst, before + WATCHES_PER_USER)
+    with pytest.raises(OSError) as info:
+        gate.watch_async(["bb"]).get()
+    assert info.value.errno == errno.EMFILE
+    assert info.value.strerror == (
+        f"watch: user {userid} has {WATCHES_PER_USER} watch streams already, "
+        "the limit: end one first"
+    )
+    # Another guest, and the owner, are not counted with this one.
+    other = EpilogGate(open_as(inst.uri, userid + 1, FLUX_ROLE_USER))
+    owner = EpilogGate(flux.Flux(inst.uri))
+    more = [other.watch_async(["bb"]), owner.watch_async(["bb"])]
+    wait_watchers(inst, before + WATCHES_PER_USER + 2)
+    # The streams end with their connections, closed once Python frees
+    # the handles (the futures, clients and the error refer to them).
+    del streams, more, gate, handle, other, owner, info
+    gc.collect()
+    wait_watchers(inst, before)
+
+
 def test_forty_guest_watches_of_8_mb_leave_the_broker_small(inst):
     """Each held its 8 MB payload in the broker for as long as its stream
     lasted: 40 of them grew it by some 480 MiB."""
     names = [f"{i:07d}".ljust(64, "x") for i in range(8 * 2**20 // 67)]
     text = json.dumps({"descriptions": names})
-    rss = broker_rss_kib(inst)
+    rss, before = broker_rss_kib(inst), watchers(inst)
     handles = [open_as(inst.uri, os.getuid() + 1, FLUX_ROLE_USER) for _ in range(40)]
     futures = [
         h.rpc("job-manager.epilog-gate.watch", text, flags=STREAMING) for h in handles
     ]
     # Each is refused, or (unbounded) a stream the broker keeps.
     deadline = time.monotonic() + 300
-    while sum(map(answered, futures)) + watchers(inst) < len(futures):
+    while sum(map(answered, futures)) + watchers(inst) - before < len(futures):
         assert time.monotonic() < deadline, "the watches were not all handled"
         time.sleep(0.1)
     growth_mib = (broker_rss_kib(inst) - rss) / 1024
     assert growth_mib < 100, growth_mib
-    assert watchers(inst) == 0
+    assert watchers(inst) == before
     for future in futures:
         with pytest.raises(OSError) as info:
             future.get()

@@ -33,6 +33,11 @@ from .holds import ACTIVE
 #: far more often (see flux_epilog_gate/client).
 WINDOW = 256
 
+#: Watch streams one user other than the instance owner may have at once:
+#: with the bytes of a request (protocol.REQUEST_BYTES_MAX), what a guest
+#: can make the broker hold.  A service keeps one or a few.
+WATCHES_PER_USER = 64
+
 
 class Watcher:
     """A client streaming hold activations, and its flow control.
@@ -110,7 +115,17 @@ class Watchers:
         self.ended_behind = 0
 
     def watch(self, sink, descriptions=None, userid=None, points=None):
-        """Add a watcher; it is first sent every hold already active."""
+        """Add a watcher; it is first sent every hold already active.
+        ``userid``: a guest's (None for the owner), who may have
+        WATCHES_PER_USER streams at most (GateError EMFILE past it)."""
+        if userid is not None:
+            streams = sum(1 for w in self.streams if w.userid == userid)
+            if streams >= WATCHES_PER_USER:
+                raise GateError(
+                    errno.EMFILE,
+                    f"watch: user {userid} has {streams} watch streams "
+                    f"already, the limit: end one first",
+                )
         watcher = Watcher(sink, descriptions, userid, points)
         for job in self.jobs.values():
             for hold in job.holds.values():
