@@ -16,8 +16,10 @@ import syslog
 from ..errors import GateError
 from ..gate import protocol
 from ..gate.config import Config, ConfigError
+from ..gate.logparse import FORMAT
 from ..gate.shutdown import loaded_from_config
 from ..jobtap.plugin import Refused, plugin_topic, request
+from ..version import __version__
 from . import fast
 from .driver import GateDriver, after_recovery
 from .gcpolicy import FREEZER
@@ -150,6 +152,9 @@ class EpilogGatePlugin(GateDriver):
         self.fault("query")
         gate = self.gate
         return {
+            "version": __version__,
+            "log_format": FORMAT,
+            "log_error": gate.holdlog.refused,
             "config": gate.config.to_dict(),
             "config_error": self.config_error,
             "counters": dict(
@@ -236,11 +241,19 @@ class EpilogGatePlugin(GateDriver):
         payload = payload if payload is not None else {}
         descriptions = protocol.parse_watch(payload)
         points = protocol.parse_watch_points(payload)
+        lost = protocol.parse_watch_lost(payload)
+        if lost and not request.owner:
+            # Delivering a lost hold takes it from the services that wait
+            # for it: the owner's alone.
+            raise GateError(
+                errno.EPERM, "watch: only the instance owner may watch lost holds"
+            )
         self.gate.watch(
             request.keep(),
             descriptions,
             userid=None if request.owner else request.userid,
             points=points,
+            lost=lost,
         )
 
     @request("watch-ack", guests=True, max_bytes=MAX_BYTES)
