@@ -27,6 +27,9 @@ through a *port*, an object with these methods (the real one is
     post ``prolog-start`` / ``prolog-finish``, marked as the gate's
 ``raise_fatal(id, note)``
     raise a fatal job exception (a failed prolog hold)
+``raise_job_exception(id, type, severity, note)``
+    raise a job exception of any type (one a releaser raised, raised again
+    by recovery if a crash lost it)
 ``depend_start(id, description, timeout)`` / ``depend_finish(id, description)``
     post ``dependency-add`` / ``dependency-remove``, marked as the gate's
 ``raise_dependency(id, note)``
@@ -290,6 +293,14 @@ class Gate:
         """Every hold of every job, or None while some job's holds are
         still being recovered."""
         return self.jobs.holds()
+
+    def end_when_aborted(self, description):
+        """Prolog holds ``description`` end with status 1 when their job
+        enters CLEANUP before it started, rather than wait for a release
+        (a plugin of the gate whose holds these are, such as dws's
+        ``dws-setup``): whichever plugin drives the gate then, also one
+        that knows nothing of them.  Kept with the gate across reloads."""
+        self.prolog.ends_aborted.add(description)
 
     def tell(self, method, *args):
         """Call ``method(*args)`` of every listener (see :class:`Listeners`)."""

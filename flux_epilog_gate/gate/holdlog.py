@@ -20,10 +20,14 @@ Entries (RFC 18 eventlog lines):
     sent, see :mod:`flux_epilog_gate.gate.depend`)
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
-``epilog_gate.release {id, description, status}``
+``epilog_gate.release {id, description, status[, exception]}``
     an active hold was released: its ``epilog-finish`` reaches the job's
     eventlog only with the job-manager's own (unsynced) event batch, so
-    recovery finishes a hold that has this entry but no ``epilog-finish``
+    recovery finishes a hold that has this entry but no ``epilog-finish``;
+    ``exception`` (``{type, severity, note}``) only if the releaser raised
+    the job exception that goes with the end itself (a plugin of the gate,
+    such as dws's ``dws-epilog-timeout``): recovery raises it again if the
+    crash lost it too, rather than the gate's own
 
 An active hold is also told by the ``epilog-start`` the gate posted,
 marked with :data:`MARKER` and the hold's timeout: that is where its
@@ -290,10 +294,15 @@ def cancel_entry(hold, timestamp, text=None):
     )
 
 
-def release_entry(hold, status, timestamp, text=None):
+def release_entry(hold, status, timestamp, text=None, exception=None):
     """The log line that records the release of active ``hold``;
-    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
+    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``);
+    ``exception``: the job exception the releaser raised with it."""
     jobid, description = hold.id, hold.description
+    if exception is not None:
+        context = {"id": jobid, "description": description, "status": status}
+        context["exception"] = exception
+        return _json_line(timestamp, RELEASE_EVENT, context)
     if (
         type(jobid) is int
         and type(status) is int
@@ -510,10 +519,11 @@ class HoldLog:
         """Pending ``hold`` was released."""
         self._record(cancel_entry(hold, *self.port.stamp()), callback)
 
-    def release(self, hold, status, callback=None):
-        """Active ``hold`` was released with ``status``."""
+    def release(self, hold, status, callback=None, exception=None):
+        """Active ``hold`` was released with ``status`` (and ``exception``,
+        the job exception its releaser raised, see release_entry)."""
         now, text = self.port.stamp()
-        line = release_entry(hold, status, now, text)
+        line = release_entry(hold, status, now, text, exception)
         self._forget_releases(now)
         self.recent.append((now, line))
         self._record(line, callback)

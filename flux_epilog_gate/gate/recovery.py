@@ -84,12 +84,17 @@ class Recovery:
         except OSError:
             state = INACTIVE
         seen, unfinished = self._rebuild(job, events)
+        raised = {
+            (context.get("type"), context.get("note"))
+            for _, name, context in events
+            if name == "exception"
+        }
         if state in (RUN, CLEANUP) and seen:
             self.jobs.replayed_progress[jobid] = seen
         if state == INACTIVE:
             self.lifecycle.on_inactive(jobid)
             return
-        self._carry_on(job, state, unfinished)
+        self._carry_on(job, state, unfinished, raised)
 
     def _rebuild(self, job, events):
         """Replace the job's holds by those ``events`` leave, keeping what
@@ -140,8 +145,11 @@ class Recovery:
             if not job.holds:
                 self.jobs.untrack(job)
 
-    def _carry_on(self, job, state, unfinished):
-        """The job's holds are known again: take each where it left off."""
+    def _carry_on(self, job, state, unfinished, raised=()):
+        """The job's holds are known again: take each where it left off
+        (``raised``: the ``(type, note)`` of the exceptions its eventlog
+        has, see :meth:`Lifecycle.finish_released
+        <flux_epilog_gate.gate.lifecycle.Lifecycle.finish_released>`)."""
         # No watcher can have been told of these: the job's holds were
         # unknown until now.
         found = [hold for hold in job.holds.values() if hold.state == ACTIVE]
@@ -156,8 +164,8 @@ class Recovery:
         self.epilog.recovered(job, state)
         # After the pending holds became active: these finishes may let
         # the job go on to clean.
-        for hold, status in unfinished:
-            self.lifecycle.finish_released(job, hold, status)
+        for hold, status, exception in unfinished:
+            self.lifecycle.finish_released(job, hold, status, exception, raised)
         self.epilog.end_recovery(job)
         if not job.holds:
             self.jobs.untrack(job)
@@ -199,4 +207,8 @@ class Recovery:
         self.jobs.gone.add(job.id, description, Reason.RELEASED)
         # A hold never started needs no end.
         if hold.state == ACTIVE:
-            released[description] = (hold, context.get("status", 0))
+            released[description] = (
+                hold,
+                context.get("status", 0),
+                context.get("exception"),
+            )

@@ -34,6 +34,16 @@ def _oserror(ffi):
     return OSError(errnum, os.strerror(errnum))
 
 
+def decode_value(text):
+    """A value of a job's arguments decoded from JSON text; ValueError if
+    it is not JSON, or nested deeper than Python's decoder goes (a job's
+    content is its user's: it may be either)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep to be decoded") from None
+
+
 class Jobtap:
     """The job-manager, as seen by one loaded instance of a plugin.
 
@@ -77,6 +87,7 @@ class Jobtap:
         self._lookup = lib.runtime_job_lookup
         self._state = ffi.new("int *")
         self._userid = ffi.new("uint32_t *")
+        self._value_text = ffi.new("char **")
         #: The current time, seconds since the epoch (a builtin: no
         #: Python frame for each hold, activation and release).
         self.now = time.time
@@ -177,6 +188,32 @@ class Jobtap:
             return self.arg_in(args)
         finally:
             self.lib.flux_plugin_arg_destroy(args)
+
+    def job_value(self, jobid, path, default=None):
+        """The value at key path ``path`` (dot-separated:
+        ``"jobspec.attributes.system.dw"``) of an active job's arguments,
+        or ``default`` if it has none.  Only that value is decoded: the
+        rest of the job (its user's attributes, however deep) is never
+        read.  OSError(ENOENT) if there is no such job; ValueError if the
+        value cannot be decoded (see :func:`decode_value`)."""
+        text = self._value_text
+        self.check(self.lib.runtime_job_value(self.p, jobid, path.encode(), text))
+        return self._take_value(text, default)
+
+    def arg_value(self, args, path, default=None):
+        """:meth:`job_value` of the IN arguments of a jobtap callback."""
+        text = self._value_text
+        self.check(self.lib.runtime_arg_value(args, path.encode(), text))
+        return self._take_value(text, default)
+
+    def _take_value(self, text, default):
+        if text[0] == self.ffi.NULL:
+            return default
+        try:
+            return decode_value(self.ffi.string(text[0]))
+        finally:
+            self.lib.runtime_free(text[0])
+            text[0] = self.ffi.NULL
 
     def jobspec_update(self, jobid, update):
         """Update the jobspec of job ``jobid``, which must not be the job of

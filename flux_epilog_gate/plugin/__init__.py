@@ -362,7 +362,13 @@ class GateDriver(Plugin):
     def on_exception(self, job):
         """Told to the gate's listeners (its own holds need nothing)."""
         if self.driving and self.gate.listeners:
-            context = job.input.get("entry", {}).get("context", {})
+            # The event alone: the rest of the job is its user's content.
+            try:
+                context = job.get("entry.context")
+            except ValueError:
+                context = None
+            if not isinstance(context, dict):
+                context = {}
             self.gate.tell("exception", job.id, context)
 
     # Of a subscribed job's events only these move it to its epilog point.
