@@ -46,7 +46,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import flux_epilog_gate.plugin as glue
+import flux_epilog_gate.plugin.driver as glue
 from flux_epilog_gate.dws.plugin import Dws
 from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.jobtap.plugin import Job, RequestError

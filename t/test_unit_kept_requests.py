@@ -1,4 +1,4 @@
-"""The plugin's kept requests (plugin/__init__.py, GatePort.own_request):
+"""The plugin's kept requests (plugin/fast.py, GatePort.own_request):
 a hold or release holds its request by a bare reference while its record
 is committed, and exactly one answer, or a drop, gives it back.
 
@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from flux_epilog_gate.gate import Gate
 from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holds import ACTIVE, DEPEND, EPILOG, PROLOG
-from flux_epilog_gate.gate.holds import POINTS as HOLD_POINTS
 from flux_epilog_gate.gate.states import CLEANUP, INACTIVE, SCHED
 from flux_epilog_gate.gate.states import DEPEND as DEPEND_STATE
 from flux_epilog_gate.plugin import EpilogGatePlugin
@@ -141,22 +140,20 @@ class Harness:
         the call to own."""
         return self.ledger.own_request(self._msg())
 
-    def fast_hold(self, jobid, description, point=None, timeout=-1.0):
-        """As fastpath.c passes it: the point by its index (-1: none)."""
-        index = -1 if point is None else HOLD_POINTS.index(point)
-        self.plugin.fast_hold(
-            self._decoded(), jobid, description.encode(), timeout, index
-        )
+    def fast_hold(self, jobid, description, point=None, timeout=None):
+        """As the extern gate_py_hold passes it, decoded."""
+        point = EPILOG if point is None else point
+        self.plugin.fast.hold(self._decoded(), jobid, description, timeout, point)
 
     def fast_release(self, jobid, description, status=0):
-        self.plugin.fast_release(self._decoded(), jobid, description.encode(), status)
+        self.plugin.fast.release(self._decoded(), jobid, description, status)
 
     def general_hold(self, jobid, description, point=None):
         point = EPILOG if point is None else point
-        self._general(self.plugin.hold, jobid, description, None, point)
+        self._general(self.plugin.fast.hold_message, jobid, description, None, point)
 
     def general_release(self, jobid, description, status=0):
-        self._general(self.plugin.release, jobid, description, status)
+        self._general(self.plugin.fast.release_message, jobid, description, status)
 
     def _general(self, handle, *values):
         """The general path: a refusal is answered by the request's
@@ -384,9 +381,9 @@ def test_an_answer_due_after_the_unload_gives_its_request_back(harness):
     hold, _ = plugin.gate.hold(1, "bb")
     kept = [ledger.own_request(msg) for msg in ("h", "r", "e")]
     ledger.p = None
-    plugin._answer_hold(kept[0], hold, None)
-    plugin._answer_release(kept[1], (True, None), None)
-    plugin._answer_error(kept[2], "hold", OSError(errno.EIO, "I/O error"))
+    plugin.fast._answer_hold(kept[0], hold, None)
+    plugin.fast._answer_release(kept[1], (True, None), None)
+    plugin.fast._answer_error(kept[2], "hold", OSError(errno.EIO, "I/O error"))
     assert ledger.answers == Counter()
     assert set(ledger.owned.values()) == {0}
     assert ledger.errors == []
