@@ -82,14 +82,19 @@ class Lifecycle:
             if failed:
                 self._listener_failed(hold, *failed[0])
 
-    def _listener_failed(self, hold, listener, exc):
+    def _listener_failed(self, hold, listener, exc, again=True):
         """A listener raised on ``hold``'s activation: what it was to start
         will never end the hold, so end it now (status 1, a job exception
         naming the cause, a line at level error)."""
         job = self.jobs.get(hold.id)
-        if job is None or job.holds.get(hold.description) is not hold:
+        if job is None or hold.state != ACTIVE:
             return
-        if hold.state != ACTIVE:
+        if job.holds.get(hold.description) is not hold:
+            if again:
+                # Made active as it was placed: ended once it is on its job.
+                self.port.timer(
+                    0.0, lambda: self._listener_failed(hold, listener, exc, False)
+                )
             return
         cause = f"{type(listener).__name__} failed: {type(exc).__name__}: {exc}"
         label = self.points[hold.point].label
