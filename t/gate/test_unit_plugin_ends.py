@@ -15,7 +15,6 @@ import syslog
 import pytest
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
-
 from flux_epilog_gate.gate.holds import EPILOG, HOLD_EVENT, PROLOG, RELEASE_EVENT
 from flux_epilog_gate.gate.logparse import parse_entry, raised_exception
 
