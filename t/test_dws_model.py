@@ -46,14 +46,14 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-import flux_epilog_gate.plugin.driver as glue
 from flux_epilog_gate.dws.plugin import Dws
+from flux_epilog_gate.plugin import driver as glue
 from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.jobtap.plugin import Job, RequestError
 
 SOAK = "DWS_MODEL_EXAMPLES" in os.environ
 EXAMPLES = int(os.environ.get("DWS_MODEL_EXAMPLES", "150"))
-STEPS = int(os.environ.get("DWS_MODEL_STEPS", "50"))
+STEPS = int(os.environ.get("DWS_MODEL_STEPS", "80"))
 
 MAX_JOBS = 3
 USER = 1000
@@ -104,9 +104,10 @@ class NoFreeze:
 
 def _opened(job, kind, description):
     """True if the gate's ``kind`` action ``description`` is open in the
-    job's eventlog."""
+    job's eventlog, or in what is posted to it already (events posted
+    from a callback wait for the event being processed)."""
     count = 0
-    for _, name, context in job.eventlog:
+    for _, name, context in job.eventlog + job.queue[1:]:
         if context.get("description") != description or not context.get(MARKER):
             continue
         if name == f"{kind}-start":
@@ -316,6 +317,35 @@ class DwsModel(RuleBasedStateMachine):
             self.jm.post(
                 job, "exception", {"type": "cancel", "severity": 0, "note": ""}
             )
+
+    @precondition(lambda self: self.jobids)
+    @rule(index=JOB, steps=st.integers(min_value=1, max_value=4))
+    def workflow(self, index, steps=1):
+        """Job ``index`` takes its next ``steps`` steps as all goes well:
+        the service answers it and sends its request, or the scheduler,
+        the exec system or the reactor moves it on."""
+        for _ in range(steps):
+            self._step(self._job(index))
+
+    def _step(self, job):
+        if job is None or job.state == INACTIVE:
+            return
+        for i, (_, _, payload, _) in enumerate(self.service.pending):
+            if payload.get("jobid") == job.id:
+                self.service.answer(i)
+                return
+        for i, (_, payload) in enumerate(self.service.outbox):
+            if payload.get("id") == job.id and self.plugin is not None:
+                self._send(i)
+                return
+        if job.state == SCHED:
+            self.jm.post(job, "alloc")
+        elif job.state == RUN and job.start_pending and not job.started:
+            self.jm.exec_start(job)
+        elif job.start_pending and job.started:
+            self.jm.exec_end(job)
+        else:
+            self.advance(0.0)
 
     # The service
 

@@ -17,6 +17,7 @@ from .holds import (
     GONE,
     LISTENER_FAILED_STATUS,
     PENDING,
+    PROLOG,
     TIMED_OUT,
     TIMEOUT_STATUS,
     Reason,
@@ -190,13 +191,17 @@ class Lifecycle:
         if not job.holds and (job.recovery is None or not job.recovery.active):
             self.jobs.untrack(job)
 
-    def finish_released(self, job, hold, status, exception=None, raised=()):
+    def finish_released(
+        self, job, hold, status, exception=None, raised=(), fatal=False
+    ):
         """Post the end (and exception) of an acknowledged release that a
         crash kept out of the job's eventlog (``hold`` is off the job).
         ``exception``: the one its releaser raised with it, as recorded
         (``{type, severity, note}``), raised again unless ``raised``, the
         ``(type, note)`` of the job's exceptions in its eventlog, has it:
-        the hold ends as it did, never with the gate's own exception."""
+        the hold ends as it did, never with the gate's own exception.
+        ``fatal``: the eventlog has a fatal exception, which stands for
+        a failed prolog hold's (its job will never start)."""
         self.port.log(
             syslog.LOG_INFO,
             f"{f58(job.id)}: finishing hold {hold.description}, released "
@@ -204,11 +209,14 @@ class Lifecycle:
         )
         hold.state = GONE
         self.stats.finished(Reason.RELEASED, status)
+        own = exception or False
         if exception is not None and status != 0:
             if (exception["type"], exception["note"]) not in raised:
                 self._raise_again(job, exception)
+        elif status != 0 and hold.point == PROLOG and fatal:
+            own = True
         point = self.points[hold.point]
-        point.finish(job, hold, status, Reason.RELEASED, raised=exception or False)
+        point.finish(job, hold, status, Reason.RELEASED, raised=own)
         # Recorded again, so that snapshots keep it while this end is not
         # yet checkpointed.
         self.holdlog.release(hold, status, exception=exception)

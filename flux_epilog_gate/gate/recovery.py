@@ -84,17 +84,15 @@ class Recovery:
         except OSError:
             state = INACTIVE
         seen, unfinished = self._rebuild(job, events)
-        raised = {
-            (context.get("type"), context.get("note"))
-            for _, name, context in events
-            if name == "exception"
-        }
+        exceptions = [context for _, name, context in events if name == "exception"]
+        raised = {(c.get("type"), c.get("note")) for c in exceptions}
+        fatal = any(c.get("severity") == 0 for c in exceptions)
         if state in (RUN, CLEANUP) and seen:
             self.jobs.replayed_progress[jobid] = seen
         if state == INACTIVE:
             self.lifecycle.on_inactive(jobid)
             return
-        self._carry_on(job, state, unfinished, raised)
+        self._carry_on(job, state, unfinished, raised, fatal)
 
     def _rebuild(self, job, events):
         """Replace the job's holds by those ``events`` leave, keeping what
@@ -145,10 +143,11 @@ class Recovery:
             if not job.holds:
                 self.jobs.untrack(job)
 
-    def _carry_on(self, job, state, unfinished, raised=()):
+    def _carry_on(self, job, state, unfinished, raised=(), fatal=False):
         """The job's holds are known again: take each where it left off
         (``raised``: the ``(type, note)`` of the exceptions its eventlog
-        has, see :meth:`Lifecycle.finish_released
+        has, ``fatal``: whether one is fatal; see
+        :meth:`Lifecycle.finish_released
         <flux_epilog_gate.gate.lifecycle.Lifecycle.finish_released>`)."""
         # No watcher can have been told of these: the job's holds were
         # unknown until now.
@@ -165,7 +164,7 @@ class Recovery:
         # After the pending holds became active: these finishes may let
         # the job go on to clean.
         for hold, status, exception in unfinished:
-            self.lifecycle.finish_released(job, hold, status, exception, raised)
+            self.lifecycle.finish_released(job, hold, status, exception, raised, fatal)
         self.epilog.end_recovery(job)
         if not job.holds:
             self.jobs.untrack(job)

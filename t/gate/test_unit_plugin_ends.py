@@ -188,3 +188,20 @@ def test_a_hold_active_as_it_is_placed_ends_on_the_next_turn(port, gate):
     port.advance(0.0)
     assert JOB not in gate.jobs or "dws" not in gate.jobs[JOB].holds
     assert [c["status"] for c in finishes(port, "epilog-finish")] == [1]
+
+
+def test_a_failed_prolog_hold_of_a_job_with_its_fatal_exception_gets_none_more(
+    port, gate
+):
+    """Ended at its job's abort, the end lost by a crash with the
+    prolog-finish but not the job's cancel: it never starts either way."""
+    events = [
+        ev(101.0, HOLD_EVENT, description="dws-setup", point=PROLOG),
+        ev(102.0, "alloc"),
+        marked(103.0, "prolog-start", description="dws-setup"),
+        ev(104.0, "exception", type="cancel", severity=0),
+        ev(105.0, RELEASE_EVENT, description="dws-setup", status=1),
+    ]
+    recover(port, gate, CLEANUP, events)
+    assert [c["status"] for c in finishes(port, "prolog-finish")] == [1]
+    assert exceptions(port) == []
