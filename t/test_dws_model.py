@@ -47,9 +47,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from flux_epilog_gate.dws.plugin import Dws
-from flux_epilog_gate.plugin import driver as glue
 from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.jobtap.plugin import Job, RequestError
+from flux_epilog_gate.plugin import driver as glue
 
 SOAK = "DWS_MODEL_EXAMPLES" in os.environ
 EXAMPLES = int(os.environ.get("DWS_MODEL_EXAMPLES", "150"))
