@@ -1,7 +1,10 @@
 # flux-epilog-gate: install into a virtual environment, demo, tests.
 #
 #   make demo    install, then run the demo in a throwaway flux instance
-#   make check   install, then run every test (pytest and sharness)
+#   make check   install, then run the tests (pytest, in parallel, and
+#                sharness): every test but those marked slow
+#   make check-slow  install, then the slow tests (the soak, the callgrind
+#                counts, the long timeouts); CI runs both
 #   make bench   install, then run the benchmark
 #
 # PYTHON and VENV choose the interpreter and the environment, e.g.
@@ -35,7 +38,8 @@ SYSTEM_INSTALL = PYTHON="$(PYTHON)" DESTDIR="$(DESTDIR)" PKGLIBDIR="$(PKGLIBDIR)
 	FLUX_CMDDIR="$(FLUX_CMDDIR)" DOC_PYTHON="$(DOC_PYTHON)" \
 	PIP_FLAGS="$(PIP_FLAGS)" tools/system-install
 
-.PHONY: prereq prereq-test prereq-bench install demo check pytest sharness bench lint \
+.PHONY: prereq prereq-test prereq-bench install demo check check-slow pytest sharness \
+	bench lint \
 	install-system uninstall-system venv-matches
 
 # Each stops at once, naming what to install, if a prerequisite is missing.
@@ -70,15 +74,25 @@ install: prereq venv-matches $(VENV)/.installed
 demo: install
 	$(BIN)/python examples/demo.py
 
+# The test files run in parallel (pytest-xdist), each file on one worker
+# (its shared instances are made once); PYTEST_WORKERS=0 runs them in turn.
+# PYTEST_ARGS: more options, e.g. --durations=30.
+PYTEST_WORKERS ?= auto
+PYTEST_CHECK = $(BIN)/pytest t -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile \
+	$(PYTEST_ARGS)
+
 pytest: prereq-test install
-	$(BIN)/pytest t
+	$(PYTEST_CHECK)
 
 sharness: prereq-test install
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
 check: prereq-test install
-	$(BIN)/pytest t
+	$(PYTEST_CHECK)
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
+
+check-slow: prereq-test install
+	$(BIN)/pytest t -m slow $(PYTEST_ARGS)
 
 install-system: prereq
 	$(SYSTEM_INSTALL) install

@@ -2,7 +2,9 @@
 loads (epilog-gate.so and the native reference gate, built here),
 progress lines and small statistics."""
 
+import datetime
 import functools
+import json
 import os
 import platform
 import shutil
@@ -177,6 +179,44 @@ def flux_version():
 def host():
     """The machine the figures were measured on."""
     return {"node": platform.node(), "cpus": os.cpu_count()}
+
+
+def commit():
+    """The commit the figures were measured on (``-dirty``: with changes
+    not committed), or None outside a git work tree."""
+    run = functools.partial(
+        subprocess.run, cwd=HERE, capture_output=True, text=True, check=False
+    )
+    head = run(["git", "rev-parse", "--short", "HEAD"])
+    if head.returncode != 0:
+        return None
+    dirty = run(["git", "status", "--porcelain", "--untracked-files=no"]).stdout
+    return head.stdout.strip() + ("-dirty" if dirty.strip() else "")
+
+
+def measured_on():
+    """What every result file names: the commit, host, flux-core version
+    and date (UTC) it was measured on."""
+    return {
+        "commit": commit(),
+        "host": host(),
+        "flux_core": flux_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+    }
+
+
+def result_path(experiment):
+    """``bench/results/DATE-COMMIT-EXPERIMENT.json``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return os.path.join(RESULTS, f"{stamp}-{commit() or 'nogit'}-{experiment}.json")
+
+
+def write_results(path, results, indent=1):
+    """Write ``results`` (a dict) to ``path``, with :func:`measured_on`
+    first."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"measured_on": measured_on(), **results}, f, indent=indent)
 
 
 # Statistics

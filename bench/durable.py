@@ -33,7 +33,6 @@ which every sync waits on) hits them alike.
 
 import argparse
 import datetime
-import json
 import multiprocessing
 import os
 import statistics
@@ -46,13 +45,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import flux  # noqa: E402
 from client import hold_pipelined, submit_waiting  # noqa: E402
 from common import (  # noqa: E402
-    RESULTS,
     Plugins,
     flux_version,
     host,
     loadavg,
     percentile,
+    result_path,
     spec_for,
+    write_results,
 )
 from observer import Broker  # noqa: E402
 
@@ -312,12 +312,9 @@ def main(argv=None):
     print(report(results))
     output = args.output
     if output is None and not args.quick:
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        output = os.path.join(RESULTS, f"{stamp}-durable.json")
+        output = result_path("durable")
     if output:
-        os.makedirs(os.path.dirname(os.path.abspath(output)), exist_ok=True)
-        with open(output, "w") as f:
-            json.dump(results, f, indent=1)
+        write_results(output, results)
         print(f"bench: results in {output}", file=sys.stderr)
     return 0
 

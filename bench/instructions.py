@@ -35,7 +35,6 @@ the job-manager), per hold, with the holds per synced commit.
 
 import argparse
 import glob
-import json
 import os
 import re
 import shutil
@@ -52,7 +51,7 @@ sys.path.insert(0, HERE)
 import durable  # noqa: E402
 import options  # noqa: E402
 from client import Client, hold_pipelined, submit_waiting  # noqa: E402
-from common import RESULTS, Plugins, spec_for  # noqa: E402
+from common import Plugins, result_path, spec_for, write_results  # noqa: E402
 from observer import Broker  # noqa: E402
 from throughput import drive  # noqa: E402
 
@@ -520,12 +519,8 @@ def main():
             results[workload] = {c: combined(r) for c, r in runs.items()}
     for workload in workloads:
         report(results[workload], args.jobs, workload)
-    output = args.output or os.path.join(
-        RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-instructions.json"
-    )
-    os.makedirs(os.path.dirname(output), exist_ok=True)
-    with open(output, "w") as f:
-        json.dump({"jobs": args.jobs, "workloads": results}, f, indent=2)
+    output = args.output or result_path("instructions")
+    write_results(output, {"jobs": args.jobs, "workloads": results}, indent=2)
     print(f"results: {output}")
 
 

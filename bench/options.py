@@ -93,7 +93,8 @@ def parse_args(argv=None):
         help="comma-separated parts to skip: throughput,latency,scale",
     )
     parser.add_argument(
-        "--output", help="JSON results file (default: bench/results/<time>.json)"
+        "--output",
+        help="JSON results file (default: bench/results/<time>-<commit>-<mode>.json)",
     )
     parser.add_argument(
         "--strict",

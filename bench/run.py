@@ -10,16 +10,22 @@ in turn and writes the results.
 """
 
 import datetime
-import json
 import os
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import common  # noqa: E402
-from common import RESULTS, Plugins, flux_version, host, loadavg, progress  # noqa: E402
+from common import (  # noqa: E402
+    Plugins,
+    flux_version,
+    host,
+    loadavg,
+    progress,
+    result_path,
+    write_results,
+)
 from latency import latency_run  # noqa: E402
 from options import CONFIGS, WORKLOADS, parse_args  # noqa: E402, F401
 from report import report, targets  # noqa: E402
@@ -97,13 +103,9 @@ def main(argv=None):
     results = run(args)
     text = report(results)
     print(text, flush=True)
-    os.makedirs(RESULTS, exist_ok=True)
-    path = args.output or os.path.join(
-        RESULTS, time.strftime("%Y%m%d-%H%M%S") + f"-{results['mode']}.json"
-    )
+    path = args.output or result_path(results["mode"])
     results["report"] = text.splitlines()
-    with open(path, "w") as f:
-        json.dump(results, f, indent=1)
+    write_results(path, results)
     print(f"\nresults: {path}", flush=True)
     missed = [t for t in results["targets"] if not t["met"]]
     return 1 if args.strict and missed and not args.quick else 0

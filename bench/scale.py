@@ -322,7 +322,7 @@ def main():
     import argparse
     import tempfile
 
-    from common import RESULTS, Plugins
+    from common import Plugins, result_path, write_results
 
     parser = argparse.ArgumentParser(
         description="How list, memory and snapshots grow with pending holds."
@@ -336,12 +336,8 @@ def main():
     sizes = sorted(int(s) for s in args.sizes.split(","))
     with tempfile.TemporaryDirectory(prefix="epilog-gate-scale-") as tmp:
         rows = growth_run(Plugins(tmp), sizes, args.cores, args.settle, args.repeat)
-    output = args.output or os.path.join(
-        RESULTS, time.strftime("%Y%m%d-%H%M%S") + "-scale.json"
-    )
-    os.makedirs(os.path.dirname(output), exist_ok=True)
-    with open(output, "w") as f:
-        json.dump({"sizes": rows}, f, indent=2)
+    output = args.output or result_path("scale")
+    write_results(output, {"sizes": rows}, indent=2)
     print(f"results: {output}")
 
 

@@ -64,7 +64,7 @@ class RunLimit(Plugin):
         limit = parse_limit(options.get("limit", table.get("limit")))
         self.limit = limit
         # Only while there is a limit does any job's start enter Python.
-        self.jobtap.forward("job.state.run", limit is not None)
+        self.jobtap.marks.forward("job.state.run", limit is not None)
 
     @plugin_topic("plugin.query")
     def query(self, args):
@@ -74,7 +74,7 @@ class RunLimit(Plugin):
     def on_run(self, job):
         """A job starts: arm its timer, and mark the job so that its end
         comes to Python too."""
-        self.jobtap.mark(job.id)
+        self.jobtap.marks.mark(job.id)
         deadline = self.jobtap.now() + self.limit
         timer = self.jobtap.timer(self.limit, lambda: self.expire(job.id))
         self.timers[job.id] = (deadline, job.userid, timer)
@@ -93,7 +93,7 @@ class RunLimit(Plugin):
         self.counters["ended"] += 1
         note = f"ran longer than the run-limit of {self.limit:g}s"
         try:
-            self.jobtap.raise_job_exception(jobid, "run-limit", 0, note)
+            self.jobtap.jobs.raise_exception(jobid, "run-limit", 0, note)
         except OSError as exc:
             self.jobtap.log(syslog.LOG_ERR, f"job {jobid}: {exc}")
 

@@ -1,5 +1,6 @@
 """Fixtures: real Flux test instances with the installed plugin loaded."""
 
+import json
 import os
 import shutil
 import sys
@@ -53,6 +54,14 @@ def pytest_sessionstart(session):
         )
 
 
+def discard(inst):
+    """End a test's instance and remove its directory.  Killed: what its
+    shutdown does is tested where it matters (test_shutdown*.py), and a
+    clean one costs each instance a second of a busy machine."""
+    inst.kill()
+    inst.cleanup()
+
+
 @pytest.fixture(scope="session")
 def plugin():
     from flux_epilog_gate import plugin_path
@@ -66,8 +75,10 @@ def instance(plugin):
     64 fake cores so jobs never wait for resources."""
     from flux_epilog_gate.testing import Instance
 
-    with Instance(cores=64, plugin=plugin) as inst:
-        yield inst
+    inst = Instance(cores=64, plugin=plugin)
+    inst.start()
+    yield inst
+    discard(inst)
 
 
 @pytest.fixture(scope="session")
@@ -109,8 +120,7 @@ def new_instance(plugin):
 
     yield make
     for inst in made:
-        inst.stop()
-        inst.cleanup()
+        discard(inst)
 
 
 @pytest.fixture
@@ -119,3 +129,147 @@ def port():
     from fakeport import FakePort
 
     return FakePort()
+
+
+def _option(word):
+    """``(key, value)`` of a ``key=value`` word, the value read as JSON if
+    it is (a number, a boolean), as `flux jobtap load` reads it."""
+    key, value = word.split("=", 1)
+    try:
+        return key, json.loads(value)
+    except ValueError:
+        return key, value
+
+
+def jobtap_list(handle):
+    """The names of the plugins loaded into the job-manager."""
+    return handle.rpc("job-manager.jobtap", {"query_only": True}).get()["plugins"]
+
+
+#: The timeout of a hold that is active across a restart, by kind of
+#: restart (the restart, with room for a busy machine, must end a second
+#: before it fires), and how long after the hold's activation the
+#: restart begins: a timer restarted from zero would fire at least LEAD
+#: seconds late, beyond SLACK.
+TIMEOUTS = {"jobtap": 8.0, "module": 10.0, "instance": 14.0, "sigkill": 14.0}
+LEAD = 3.0
+SLACK = 2.0
+
+#: The ways a test takes the gate away and brings it back (see
+#: :func:`restart`).
+RESTARTS = ("jobtap", "module", "instance", "sigkill")
+
+
+def restart(inst, kind, plugin=None, options=(), dependents=False):
+    """Take the plugin ``plugin`` (the gate's by default) away from
+    ``inst`` and bring it back, the ``kind`` way; return a new handle.
+
+    ``jobtap``: removed and loaded again (with ``options``, ``key=value``
+    words).  ``module``: the job-manager
+    reloaded (``dependents``: then the modules that talk to it too).
+    ``instance``: stopped and started on its state directory.
+    ``sigkill``: the whole instance SIGKILLed and started again (an
+    instance that is not running is only started)."""
+    if plugin is None:
+        from flux_epilog_gate import plugin_path
+
+        plugin = plugin_path()
+    if kind == "jobtap":
+        # Through the job-manager's RPC, as `flux jobtap` does: a command
+        # costs a second of a busy machine, and the restart must be quick.
+        name = os.path.basename(plugin)
+        with_handle = inst.handle()
+        with_handle.rpc("job-manager.jobtap", {"remove": name}).get()
+        assert name not in jobtap_list(with_handle)
+        conf = dict(_option(option) for option in options)
+        load = {"load": plugin, **({"conf": conf} if conf else {})}
+        with_handle.rpc("job-manager.jobtap", load).get()
+    elif kind == "module":
+        inst.flux("module", "reload", "job-manager")
+        if dependents:
+            inst.flux("module", "reload", "sched-simple")
+            inst.flux("module", "reload", "job-exec")
+    elif kind in ("instance", "sigkill"):
+        if kind == "instance":
+            inst.stop()
+        else:
+            inst.kill()
+        assert not inst.alive()
+        inst.start()
+    else:
+        raise ValueError(f"{kind!r}: not one of {RESTARTS}")
+    return inst.handle()
+
+
+class Restarter:
+    """An instance started the way a ``kind`` of :func:`restart` needs
+    (for ``jobtap``, the gate loaded by hand; else from the config), with
+    ``handle`` and ``gate`` (a client), which :meth:`restart` renews.
+    ``kwargs`` go to ``new_instance``."""
+
+    def __init__(self, kind, new_instance, plugin, **kwargs):
+        self.kind = kind
+        self.plugin = plugin
+        kwargs.setdefault("env", {"FLUX_DISABLE_JOB_CLEANUP": "1"})
+        if kind == "jobtap":
+            # Loaded by hand, so that remove + load is the only way back.
+            self.inst = new_instance(plugin=None, **kwargs)
+            self.inst.flux("jobtap", "load", plugin)
+        else:
+            self.inst = new_instance(**kwargs)
+        self._connect(self.inst.handle())
+
+    def _connect(self, handle):
+        from flux_epilog_gate import EpilogGate
+
+        self.handle = handle
+        self.gate = EpilogGate(handle)
+
+    def restart(self, dependents=False):
+        """Restart the gate (``dependents``: see :func:`restart`)."""
+        self.handle = self.gate = None
+        self._connect(restart(self.inst, self.kind, self.plugin, (), dependents))
+        assert "epilog-gate.so" in jobtap_list(self.handle)
+
+
+@pytest.fixture
+def restarter(new_instance, plugin):
+    """``restarter(kind, **kwargs)``: a :class:`Restarter`."""
+    return lambda kind, **kwargs: Restarter(kind, new_instance, plugin, **kwargs)
+
+
+@pytest.fixture(scope="session")
+def dws_so():
+    """The dws plugin (a test module may give another build of it)."""
+    from flux_epilog_gate.paths import plugin_path
+
+    return plugin_path("dws")
+
+
+@pytest.fixture
+def dws(tmp_path):
+    """``dws(inst, *options)``: the fake DWS service started against
+    ``inst`` (a :class:`dwsfake.FakeDws`), stopped at teardown."""
+    from dwsfake import FakeDws
+
+    made = []
+
+    def start(inst, *options):
+        service = FakeDws(inst, str(tmp_path), *options)
+        made.append(service)
+        return service
+
+    yield start
+    for service in made:
+        service.stop()
+
+
+@pytest.fixture
+def rabbit_instance(dws_so, new_instance):
+    """``rabbit_instance(**conf)``: an instance of 8 cores with the dws
+    plugin loaded from its config with options ``conf``."""
+
+    def make(**conf):
+        return new_instance(cores=8, plugin=dws_so, plugin_conf=conf)
+
+    return make

@@ -37,7 +37,7 @@ class Probe(Plugin):
 
     @plugin_topic("conf.update")
     def configure(self, args):
-        self.jobtap.forward("job.state.depend")
+        self.jobtap.marks.forward("job.state.depend")
 
     @plugin_topic("plugin.query")
     def query(self, args):
@@ -55,8 +55,8 @@ class Probe(Plugin):
                 "keys": sorted(job.input),
             }
         )
-        self.jobtap.dependency_add(job.id, "probe")
-        self.jobtap.subscribe(job.id)
+        self.jobtap.jobs.dependency_add(job.id, "probe")
+        self.jobtap.marks.subscribe(job.id)
 
     @job_topic("job.event.exception")
     def exception(self, job):
@@ -93,20 +93,20 @@ class Probe(Plugin):
         payload = request.payload
         try:
             if payload.get("update"):
-                self.jobtap.jobspec_update(payload["id"], payload["update"])
-            self.jobtap.dependency_remove(payload["id"], "probe")
+                self.jobtap.jobs.jobspec_update(payload["id"], payload["update"])
+            self.jobtap.jobs.dependency_remove(payload["id"], "probe")
         except OSError as exc:
             raise RequestError(exc.errno, f"release: {exc.strerror}") from None
         request.respond(None)
 
     @request("jobmanager-id")
     def jobmanager_id(self, request):
-        request.respond({"id": self.jobtap.jobmanager_id()})
+        request.respond({"id": self.jobtap.marks.jobmanager_id()})
 
     @request("lookup")
     def lookup(self, request):
         try:
-            job = self.jobtap.lookup_job(request.payload["id"])
+            job = self.jobtap.jobs.lookup(request.payload["id"])
         except OSError as exc:
             raise RequestError(exc.errno, f"lookup: {exc.strerror}") from None
         request.respond(
@@ -118,14 +118,16 @@ class Probe(Plugin):
         payload = request.payload
         # Subscribe again, as a plugin that subscribes on each state does:
         # each event must still come once.
-        self.jobtap.subscribe(payload["id"])
-        self.jobtap.post_event(payload["id"], payload["name"], payload.get("context"))
+        self.jobtap.marks.subscribe(payload["id"])
+        self.jobtap.jobs.post_event(
+            payload["id"], payload["name"], payload.get("context")
+        )
         request.respond(None)
 
     @request("raise")
     def raise_exception(self, request):
         p = request.payload
-        self.jobtap.raise_job_exception(p["id"], p["type"], p["severity"], p["note"])
+        self.jobtap.jobs.raise_exception(p["id"], p["type"], p["severity"], p["note"])
         request.respond(None)
 
     @request("echo")
@@ -144,12 +146,14 @@ class Probe(Plugin):
             try:
                 answer = future.get()
             except OSError as exc:
-                self.jobtap.respond_error(msg, exc.errno, f"call: {exc.strerror}")
+                self.jobtap.messages.respond_error(
+                    msg, exc.errno, f"call: {exc.strerror}"
+                )
                 return
-            self.jobtap.send(msg, {"answer": answer})
+            self.jobtap.messages.send(msg, {"answer": answer})
 
         payload = request.payload
-        self.jobtap.rpc(payload["topic"], payload.get("payload"), answered)
+        self.jobtap.messages.rpc(payload["topic"], payload.get("payload"), answered)
 
     @request("call-and-fail")
     def call_and_fail(self, request):
@@ -162,7 +166,7 @@ class Probe(Plugin):
             self.answers[topic] = "reached"
             raise RuntimeError("continuation fails on purpose")
 
-        self.jobtap.rpc(topic, {}, answered)
+        self.jobtap.messages.rpc(topic, {}, answered)
         request.respond(None)
 
     @request("let-go")
@@ -172,13 +176,15 @@ class Probe(Plugin):
         their futures only (``gone`` tells which were freed)."""
         gc.disable()
         payload = request.payload
-        self.jobtap.rpc(payload["topic"], {}, lambda f: self.let_go_answered("rpc"))
-        self.jobtap.read_kvs(
+        self.jobtap.messages.rpc(
+            payload["topic"], {}, lambda f: self.let_go_answered("rpc")
+        )
+        self.jobtap.kvs.read(
             payload["key"], lambda data, err: self.let_go_answered("lookup")
         )
-        (lookup,) = self.jobtap._lookups
+        (lookup,) = self.jobtap.kvs._lookups
         self.weak = {"lookup": weakref.ref(lookup)}
-        (rpc,) = self.jobtap._rpcs
+        (rpc,) = self.jobtap.messages._rpcs
         self.weak["rpc"] = weakref.ref(rpc)
         del lookup, rpc
         request.respond(None)
@@ -201,7 +207,9 @@ class Probe(Plugin):
     @request("switch")
     def switch(self, request):
         """``{on}``: send job.event.probe-switched of marked jobs, or stop."""
-        self.jobtap.forward("job.event.probe-switched", bool(request.payload["on"]))
+        self.jobtap.marks.forward(
+            "job.event.probe-switched", bool(request.payload["on"])
+        )
         request.respond(None)
 
     @request("commit")
@@ -222,12 +230,14 @@ class Probe(Plugin):
             if payload.get("fail"):
                 raise RuntimeError("commit callback fails on purpose")
             if error is None:
-                self.jobtap.send(msg, {})
+                self.jobtap.messages.send(msg, {})
             else:
-                self.jobtap.send(msg, {"errno": error.errno, "text": error.strerror})
+                self.jobtap.messages.send(
+                    msg, {"errno": error.errno, "text": error.strerror}
+                )
 
         try:
-            self.jobtap.kvs_commit(
+            self.jobtap.kvs.commit(
                 payload["key"],
                 payload["value"],
                 payload.get("append", False),

@@ -26,18 +26,42 @@ def reload_config(inst, text):
     return inst.flux("config", "reload", check=False)
 
 
-@pytest.fixture
-def ruled(new_instance):
-    return new_instance(config=RULES)
-
-
 @pytest.fixture(scope="module")
 def reloaded(plugin):
-    """One instance for the examples of a property, its config rewritten
-    and reloaded by each."""
+    """The module's instance, the gate loaded from its config, which the
+    tests rewrite and reload (also once for each example of a property)."""
     from flux_epilog_gate.testing import Instance
 
     with Instance(cores=8, plugin=plugin, config=RULES) as inst:
+        yield inst
+
+
+@pytest.fixture
+def ruled(reloaded):
+    """The module's instance with RULES in force (put back if a test
+    before changed them)."""
+    if reloaded.config != RULES:
+        assert reload_config(reloaded, RULES).returncode == 0
+    return reloaded
+
+
+@pytest.fixture(scope="module")
+def annotated(plugin):
+    """An instance of the module's whose gate annotates jobs (each test
+    uses jobs of its own)."""
+    from flux_epilog_gate.testing import Instance
+
+    with Instance(cores=64, plugin=plugin, plugin_conf={"annotate": True}) as inst:
+        yield inst
+
+
+@pytest.fixture(scope="module")
+def bare(plugin):
+    """An instance of the module's without the gate; each test that loads
+    it removes it again."""
+    from flux_epilog_gate.testing import Instance
+
+    with Instance(cores=8) as inst:
         yield inst
 
 
@@ -65,8 +89,10 @@ def test_rule_leaves_other_jobs_alone(ruled):
     assert "epilog-start" not in names(eventlog(handle, jobid))
 
 
-def test_config_reload_applies_new_rules(new_instance):
-    inst = new_instance()
+def test_config_reload_applies_new_rules(ruled):
+    inst = ruled
+    assert reload_config(inst, "").returncode == 0
+    assert query(inst)["config"]["rules"] == []
     assert reload_config(inst, RULES).returncode == 0
     assert query(inst)["config"]["rules"][0]["description"] == "bb"
     handle = inst.handle()
@@ -86,8 +112,8 @@ def test_bad_rule_fails_reload_naming_key_and_keeps_old_rules(ruled):
     assert query(ruled)["config"]["rules"][0]["description"] == "bb"
 
 
-def test_config_reload_changes_default_timeout(new_instance):
-    inst = new_instance()
+def test_config_reload_changes_default_timeout(ruled):
+    inst = ruled
     assert reload_config(inst, "[epilog-gate]\ntimeout = '90s'\n").returncode == 0
     assert query(inst)["config"]["timeout"] == 90.0
 
@@ -119,14 +145,14 @@ def held_in_cleanup(inst, *descriptions):
     return jobid
 
 
-def test_annotate_shows_holds_of_a_job_in_cleanup_in_flux_jobs(new_instance):
-    inst = new_instance(plugin_conf={"annotate": True})
+def test_annotate_shows_holds_of_a_job_in_cleanup_in_flux_jobs(annotated):
+    inst = annotated
     jobid = held_in_cleanup(inst, "umount", "bb")
     assert annotation_is(inst, jobid, "bb,umount")
 
 
-def test_annotation_is_kept_current_as_holds_are_released(new_instance):
-    inst = new_instance(plugin_conf={"annotate": True})
+def test_annotation_is_kept_current_as_holds_are_released(annotated):
+    inst = annotated
     handle = inst.handle()
     gate = EpilogGate(handle)
     jobid = held_in_cleanup(inst, "bb", "umount", "license")
@@ -146,8 +172,8 @@ def test_annotation_is_kept_current_as_holds_are_released(new_instance):
     assert memos[-1] == {"epilog_gate": None}
 
 
-def test_annotation_of_a_running_job_appears_at_finish(new_instance):
-    inst = new_instance(plugin_conf={"annotate": True})
+def test_annotation_of_a_running_job_appears_at_finish(annotated):
+    inst = annotated
     handle = inst.handle()
     gate = EpilogGate(handle)
     # Long enough for `flux jobs` to answer while it runs, under load.
@@ -161,18 +187,21 @@ def test_annotation_of_a_running_job_appears_at_finish(new_instance):
     wait_event(handle, jobid, "clean")
 
 
-def test_jobs_are_not_annotated_by_default(new_instance):
-    inst = new_instance()
+def test_jobs_are_not_annotated_by_default(ruled):
+    inst = ruled
     jobid = held_in_cleanup(inst, "bb")
     # flux jobs prints "" for a missing annotation
     assert annotation(inst, jobid) == ""
+    EpilogGate(inst.handle()).release(jobid, "bb")
 
 
-def test_rule_equals_matches_only_the_same_type_and_value(new_instance):
-    inst = new_instance(
-        config='[[epilog-gate.rules]]\nattribute = "user.tier"\n'
+def test_rule_equals_matches_only_the_same_type_and_value(ruled):
+    inst = ruled
+    text = (
+        '[[epilog-gate.rules]]\nattribute = "user.tier"\n'
         'equals = 1\ndescription = "tier"\ntimeout = "10m"\n'
     )
+    assert reload_config(inst, text).returncode == 0
     handle = inst.handle()
     gate = EpilogGate(handle)
     # (1, True and 1.0 are one key in a dict: a list of pairs)
@@ -229,8 +258,8 @@ def test_rules_of_one_description_fail_reload_naming_key(ruled, text):
     assert [r["description"] for r in query(ruled)["config"]["rules"]] == ["bb"]
 
 
-def test_rules_of_one_description_fail_the_load_naming_key(new_instance, plugin):
-    inst = new_instance(plugin=None)
+def test_rules_of_one_description_fail_the_load_naming_key(bare, plugin):
+    inst = bare
     rules = (
         '[{"attribute":"a","description":"bb"},{"attribute":"b","description":"bb"}]'
     )
@@ -364,24 +393,26 @@ def test_reload_of_another_bad_table_after_a_bad_start_is_refused(new_instance):
     assert query(inst)["config"]["max-holds"] == 64
 
 
-def test_explicit_load_of_a_running_instance_refuses_a_bad_table(new_instance, plugin):
+def test_explicit_load_of_a_running_instance_refuses_a_bad_table(bare, plugin):
     """An admin's flux jobtap load sees the error: nothing is loaded."""
-    inst = new_instance(plugin=None, config=BAD_TABLE)
-    result = inst.flux("jobtap", "load", plugin, check=False)
-    assert result.returncode != 0
-    assert "timeout: '10 minutes'" in result.stderr
-    assert "epilog-gate.so" not in inst.flux("jobtap", "list").stdout.split()
+    inst = bare
+    assert reload_config(inst, BAD_TABLE).returncode == 0
+    try:
+        result = inst.flux("jobtap", "load", plugin, check=False)
+        assert result.returncode != 0
+        assert "timeout: '10 minutes'" in result.stderr
+        assert "epilog-gate.so" not in inst.flux("jobtap", "list").stdout.split()
+    finally:
+        assert reload_config(inst, "").returncode == 0
 
 
 # The table is checked whole when a load option overrides a key
 
 
-def test_config_load_refuses_a_bad_value_of_a_key_a_load_option_overrides(
-    new_instance, plugin
-):
+def test_config_load_refuses_a_bad_value_of_a_key_a_load_option_overrides(bare, plugin):
     """It used to be accepted, and to fail the next load without the
     option."""
-    inst = new_instance(plugin=None)
+    inst = bare
     inst.flux("jobtap", "load", plugin, "max-holds=10", "timeout=1h")
     result = reload_config(inst, '[epilog-gate]\nmax-holds = 0\ntimeout = "abc"\n')
     assert result.returncode != 0
@@ -390,6 +421,7 @@ def test_config_load_refuses_a_bad_value_of_a_key_a_load_option_overrides(
     assert inst.flux("config", "get", "epilog-gate", check=False).returncode != 0
     inst.flux("jobtap", "remove", "epilog-gate.so")
     inst.flux("jobtap", "load", plugin)
+    inst.flux("jobtap", "remove", "epilog-gate.so")
 
 
 def test_query_shows_snapshot_chunk_and_debug_fault_when_not_set(instance):

@@ -14,6 +14,7 @@ import time
 
 import flux.job
 import pytest
+from conftest import restart
 from jobs import (
     described,
     eventlog,
@@ -65,14 +66,6 @@ def wait_recorded(inst, jobids, timeout=10.0):
         time.sleep(0.05)
 
 
-def crash_and_restart(inst):
-    inst.kill()
-    assert not inst.alive()
-    inst.start()
-    handle = inst.handle()
-    return handle, EpilogGate(handle)
-
-
 def all_answered(futures):
     return [future.get() for future in futures]
 
@@ -101,7 +94,8 @@ def test_acknowledged_holds_survive_sigkill(inst):
     )
     assert {a["state"] for a in answers[:N]} == {"pending"}
     assert {a["state"] for a in answers[N:]} == {"active"}
-    handle, gate = crash_and_restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     held = {(h["id"], h["description"]): h for h in gate.list()}
     for jobid in pending:
@@ -138,7 +132,8 @@ def test_acknowledged_releases_of_active_holds_survive_sigkill(inst):
         [gate.release_async(jobid, "bb", status=statuses[jobid]) for jobid in jobids]
     )
     assert answers == [{"released": True}] * N
-    handle, gate = crash_and_restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     # Nobody releases them again: each goes on to clean by itself.
     for jobid in jobids:
@@ -163,7 +158,8 @@ def test_acknowledged_cancels_of_pending_holds_survive_sigkill(inst):
 
     answers = all_answered([gate.release_async(jobid, "bb") for jobid in jobids])
     assert answers == [{"released": True}] * N
-    handle, gate = crash_and_restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     assert gate.list() == []
     # The jobs survived, still waiting.
@@ -194,7 +190,8 @@ def test_acknowledged_requests_survive_sigkill_across_a_snapshot(inst):
     for jobid in cancelled:
         assert gate.release(jobid, "b") == {"released": True}
     assert query(inst)["counters"]["log_commits"] > MAX_APPENDS
-    handle, gate = crash_and_restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     assert sorted((h["id"], h["description"]) for h in gate.list()) == sorted(
         (jobid, "b") for jobid in kept

@@ -5,6 +5,7 @@ requests are sent at once, every answer is awaited, the whole instance is
 SIGKILLed and started again on the same state directory.
 """
 
+from conftest import restart
 from jobs import (
     described,
     eventlog,
@@ -16,7 +17,7 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_crash import CONFIG, N, all_answered, checkpoint, crash_and_restart
+from test_crash import CONFIG, N, all_answered, checkpoint
 
 from flux_epilog_gate import EpilogGate
 
@@ -31,7 +32,8 @@ def test_acknowledged_prolog_holds_survive_sigkill(new_instance):
         [gate.hold_async(jobid, "setup", point="prolog") for jobid in jobids]
     )
     assert {(a["state"]) for a in answers} == {"pending"}
-    handle, gate = crash_and_restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     held = {(h["id"], h["description"]): h for h in gate.list()}
     assert all(held[(jobid, "setup")]["point"] == "prolog" for jobid in jobids)
@@ -58,7 +60,8 @@ def test_acknowledged_releases_of_active_prolog_holds_survive_sigkill(new_instan
 
     answers = all_answered([gate.release_async(j, "setup") for j in jobids])
     assert answers == [{"released": True}] * N
-    handle, gate = crash_and_restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     # Nobody releases them again: each starts, runs and ends by itself,
     # with one prolog-finish of the gate's.

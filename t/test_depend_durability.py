@@ -9,6 +9,7 @@ import time
 
 import flux.job
 import pytest
+from conftest import LEAD, SLACK, TIMEOUTS, restart
 from jobs import (
     described,
     eventlog,
@@ -21,16 +22,10 @@ from jobs import (
 )
 from test_crash import CONFIG, N, all_answered, checkpoint
 from test_depend import in_depend
-from test_durability import LEAD, SLACK, Restarter
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MARKER
 from flux_epilog_gate.jobid import f58
-
-#: Timeout of the hold active across the restart (see test_durability.py),
-#: with room for a module reload that also reloads the scheduler and
-#: job-exec on a busy machine.
-TIMEOUTS = {"jobtap": 8.0, "module": 10.0, "instance": 14.0}
 
 #: Seconds from the submission of the SIGKILL test's jobs to their
 #: begin-time: the holds are answered and the instance killed before it.
@@ -52,14 +47,6 @@ def held_in_depend(handle, gate, description, timeout=None):
     return jobid, holder, add
 
 
-def restart(inst):
-    """Start the killed instance again on its state directory."""
-    assert not inst.alive()
-    inst.start()
-    handle = inst.handle()
-    return handle, EpilogGate(handle)
-
-
 def end_others(handle, *holders):
     """End the jobs' other dependency (after the restart: flux-core's
     dependency-after fails, at a restart, a dependency on a job that went
@@ -76,8 +63,8 @@ def assert_in_depend(handle, jobid, seconds=0.5):
 
 
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
-def test_depend_holds_survive_restart(kind, new_instance, plugin):
-    r = Restarter(kind, new_instance, plugin)
+def test_depend_holds_survive_restart(kind, restarter):
+    r = restarter(kind)
     handle, gate = r.handle, r.gate
     timeout = TIMEOUTS[kind]
 
@@ -89,12 +76,9 @@ def test_depend_holds_survive_restart(kind, new_instance, plugin):
     before = {(h["id"], h["description"]): h for h in gate.list()}
 
     time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
-    r.restart()
-    if kind == "module":
-        # A new job-manager has no scheduler and no exec service until
-        # they say hello again.
-        r.inst.flux("module", "reload", "sched-simple")
-        r.inst.flux("module", "reload", "job-exec")
+    # A new job-manager has no scheduler and no exec service until they
+    # say hello again: they are reloaded with it.
+    r.restart(dependents=True)
     restarted = time.time()
     handle, gate = r.handle, r.gate
     assert restarted < started.timestamp + timeout - 1.0, "restart took too long"
@@ -155,7 +139,8 @@ def test_acknowledged_depend_holds_survive_sigkill(new_instance):
     inst.kill()
     assert time.time() < begin, "too slow: the begin-time passed before the crash"
     time.sleep(begin + 0.5 - time.time())
-    handle, gate = restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
 
     listed = {(h["id"], h["description"]): h for h in gate.list()}
     assert all(listed[(jobid, "create")]["point"] == DEPEND for jobid in jobids)
@@ -183,7 +168,8 @@ def test_acknowledged_releases_of_depend_holds_survive_sigkill(new_instance):
     )
     assert answers == [{"released": True}] * N
     inst.kill()
-    handle, gate = restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
     end_others(handle, *[holder for _, holder in held])
 
     # Nobody releases them again: each runs (status 0) or fails, by itself.
@@ -292,7 +278,8 @@ def test_depend_hold_timeout_resumes_after_sigkill(new_instance):
     jobid, holder, started = held_in_depend(handle, gate, "create", timeout=timeout)
     time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
     inst.kill()
-    handle, gate = restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
     restarted = time.time()
     assert restarted < started.timestamp + timeout - 1.0, "restart took too long"
     end_others(handle, holder)

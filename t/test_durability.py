@@ -11,6 +11,7 @@ import time
 
 import flux.job
 import pytest
+from conftest import LEAD, SLACK, TIMEOUTS
 from jobs import (
     described,
     eventlog,
@@ -25,64 +26,14 @@ from jobs import (
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MARKER
 
-#: Timeout of the hold that is active across the restart, and how long
-#: after its activation the restart begins.  A timer restarted from zero
-#: would fire at least LEAD seconds too late, far beyond SLACK.
-TIMEOUTS = {"jobtap": 9.0, "module": 9.0, "instance": 16.0}
-LEAD = 3.0
-SLACK = 2.0
 #: A pending hold with its own timeout: the clock must not run until the
 #: job reaches its epilog point, however long that takes.
 PENDING_TIMEOUT = 1.5
-#: An instance's shutdown must neither wait for the jobs we hold in
-#: CLEANUP ("flux queue idle" in flux-core's cleanup script would) nor
-#: cancel running ones.
-NO_CLEANUP = {"FLUX_DISABLE_JOB_CLEANUP": "1"}
-
-
-class Restarter:
-    """Starts an instance the way one kind of restart needs, and restarts
-    the gate in it."""
-
-    def __init__(self, kind, new_instance, plugin):
-        self.kind = kind
-        self.plugin = plugin
-        if kind == "jobtap":
-            # Loaded by hand, so that remove + load is the only way back.
-            self.inst = new_instance(plugin=None, env=NO_CLEANUP)
-            self.inst.flux("jobtap", "load", plugin)
-        elif kind == "module":
-            # Loaded from the config: the new job-manager loads it again.
-            self.inst = new_instance(env=NO_CLEANUP)
-        else:
-            # Loaded from the config.
-            self.inst = new_instance(env=NO_CLEANUP)
-        self.handle = self.inst.handle()
-        self.gate = EpilogGate(self.handle)
-
-    def restart(self):
-        inst = self.inst
-        if self.kind == "jobtap":
-            inst.flux("jobtap", "remove", "epilog-gate.so")
-            listed = inst.flux("jobtap", "list").stdout
-            assert "epilog-gate" not in listed
-            inst.flux("jobtap", "load", self.plugin)
-        elif self.kind == "module":
-            inst.flux("module", "reload", "job-manager")
-        else:
-            self.handle = None
-            self.gate = None
-            inst.stop()
-            assert not inst.alive()
-            inst.start()
-            self.handle = inst.handle()
-            self.gate = EpilogGate(self.handle)
-        assert "epilog-gate" in inst.flux("jobtap", "list").stdout
 
 
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
-def test_holds_survive_restart(kind, new_instance, plugin):
-    r = Restarter(kind, new_instance, plugin)
+def test_holds_survive_restart(kind, restarter):
+    r = restarter(kind)
     handle, gate = r.handle, r.gate
     timeout = TIMEOUTS[kind]
 
@@ -196,14 +147,14 @@ def test_holds_survive_restart(kind, new_instance, plugin):
         assert f'"description":"{description}"' in log, log
 
 
-def test_hold_on_running_job_survives_plugin_reload(new_instance, plugin):
+def test_hold_on_running_job_survives_plugin_reload(restarter):
     """A pending hold on a job that runs while the plugin is removed and
     loaded again becomes active on the job's finish, and holds its clean.
 
     (Only a plugin reload: flux-core's test execution does not reattach
     running jobs across a job-manager reload or an instance restart, with
     or without the gate.)"""
-    r = Restarter("jobtap", new_instance, plugin)
+    r = restarter("jobtap")
     handle, gate = r.handle, r.gate
     # Long enough to outlast the reload on a loaded machine.
     jobid = submit(handle, duration=10)
@@ -224,10 +175,10 @@ def test_hold_on_running_job_survives_plugin_reload(new_instance, plugin):
     assert start.timestamp < clean.timestamp
 
 
-def test_restart_twice_keeps_state(new_instance):
+def test_restart_twice_keeps_state(restarter):
     """Two instance restarts in a row: the recovered state is itself
     durable (nothing is lost by recovering from recovered state)."""
-    r = Restarter("instance", new_instance, None)
+    r = restarter("instance")
     handle, gate = r.handle, r.gate
     pend = submit(handle, urgency=0)
     act = submit(handle, urgency=0)
@@ -254,10 +205,10 @@ def test_restart_twice_keeps_state(new_instance):
 
 
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
-def test_new_hold_on_recovered_job_past_epilog_point(kind, new_instance, plugin):
+def test_new_hold_on_recovered_job_past_epilog_point(kind, restarter):
     """After a restart, a hold registered on a job already past its epilog
     point (waiting on a recovered hold) becomes active at once."""
-    r = Restarter(kind, new_instance, plugin)
+    r = restarter(kind)
     handle, gate = r.handle, r.gate
     jobid = submit(handle, urgency=0)
     gate.hold(jobid, "first")
@@ -281,12 +232,12 @@ def test_new_hold_on_recovered_job_past_epilog_point(kind, new_instance, plugin)
 
 
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
-def test_watch_stream_across_restart(kind, new_instance, plugin):
+def test_watch_stream_across_restart(kind, restarter):
     """A cleanup service watching across a restart either keeps receiving
     activations, or sees its stream end with an error (and a new watch is
     sent the holds that became active meanwhile): it is never left
     waiting on a stream that will not deliver."""
-    r = Restarter(kind, new_instance, plugin)
+    r = restarter(kind)
     handle, gate = r.handle, r.gate
     watch_handle = r.inst.handle()
     stream = EpilogGate(watch_handle).watch_async(["w-hold"])

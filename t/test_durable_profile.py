@@ -9,7 +9,11 @@ found), not a speed.
 
 import tempfile
 
+import pytest
 from conftest import callgrind_counter
+
+#: Under callgrind: run by make check-slow.
+pytestmark = pytest.mark.slow
 
 HOLDS = 60
 

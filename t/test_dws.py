@@ -6,10 +6,10 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 import flux.job
 import pytest
+from dwsfake import DW, SLOT, contexts
 from jobs import (
     described,
     dmesg,
@@ -23,83 +23,6 @@ from jobs import (
 
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
-
-HERE = os.path.dirname(os.path.abspath(__file__))
-DW = {"system.dw": "#DW jobdw type=xfs capacity=1GiB name=x"}
-#: The resources of a one-core job, as a valid resource-update sends them.
-SLOT = [
-    {
-        "type": "slot",
-        "count": 1,
-        "label": "task",
-        "with": [{"type": "core", "count": 1}],
-    }
-]
-
-
-@pytest.fixture(scope="module")
-def dws_so():
-    return plugin_path("dws")
-
-
-class FakeDws:
-    """t/dws_service.py running against an instance, and what it saw."""
-
-    def __init__(self, inst, tmpdir, *options):
-        self.log = os.path.join(tmpdir, f"dws-{time.monotonic_ns()}.log")
-        self.proc = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "dws_service.py"), self.log, *options],
-            env=inst.env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout.readline().strip() == "ready"
-
-    def entries(self):
-        with open(self.log) as f:
-            return [json.loads(line) for line in f if line.strip()]
-
-    def requests(self, topic):
-        return [e["payload"] for e in self.entries() if e.get("topic") == topic]
-
-    def replies(self, method):
-        return [e for e in self.entries() if e.get("reply") == method]
-
-    def wait(self, predicate, timeout=10.0):
-        deadline = time.time() + timeout
-        while not predicate():
-            assert time.time() < deadline, f"fake dws: {self.entries()}"
-            time.sleep(0.05)
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait()
-
-
-@pytest.fixture
-def dws(tmp_path):
-    made = []
-
-    def start(inst, *options):
-        service = FakeDws(inst, str(tmp_path), *options)
-        made.append(service)
-        return service
-
-    yield start
-    for service in made:
-        service.stop()
-
-
-@pytest.fixture
-def rabbit_instance(dws_so, new_instance):
-    def make(**conf):
-        return new_instance(cores=8, plugin=dws_so, plugin_conf=conf)
-
-    return make
-
-
-def contexts(events, name, description):
-    return [e.context for e in named(events, name, description)]
 
 
 def test_path_prints_the_installed_plugin():

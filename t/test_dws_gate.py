@@ -11,17 +11,16 @@ import subprocess
 import sys
 
 import pytest
-import test_dws
+from conftest import discard
+from dwsfake import DW, FakeDws, contexts, listed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
-from test_dws import DW, contexts
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
-dws = test_dws.dws
 GATE = plugin_path()
 DWS = plugin_path("dws")
 CLI = os.path.join(os.path.dirname(sys.executable), "flux-epilog-gate")
@@ -40,16 +39,6 @@ def instance(new_instance):
         return new_instance(cores=8, plugin=first, plugins=[(p, {}) for p in rest])
 
     return make
-
-
-def listed(inst, jobid=None):
-    """``{description: (point, state)}`` of the holds ``flux-epilog-gate
-    list`` shows (of one job, or all)."""
-    args = [CLI, "list", "--json"] + ([str(jobid)] if jobid else [])
-    proc = subprocess.run(args, env=inst.env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    holds = json.loads(proc.stdout)
-    return {h["description"]: (h["point"], h["state"]) for h in holds}
 
 
 def listed_by_column(inst):
@@ -241,6 +230,16 @@ def test_the_gate_alone_never_sees_a_rabbit_job(instance):
         h.rpc("job-manager.dws.list", {}).get()
 
 
+@pytest.fixture(scope="module")
+def both_loaded():
+    """An instance with both plugins loaded from its config, for every
+    example of a property (each ends with both loaded, its job ended)."""
+    inst = Instance(cores=8, plugin=GATE, plugins=[(DWS, {})])
+    inst.start()
+    yield inst
+    discard(inst)
+
+
 #: One step of a site's: remove or load one of the two plugins.
 STEP = st.tuples(st.sampled_from(["remove", "load"]), st.sampled_from(["gate", "dws"]))
 
@@ -251,30 +250,36 @@ STEP = st.tuples(st.sampled_from(["remove", "load"]), st.sampled_from(["gate", "
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(steps=st.lists(STEP, min_size=1, max_size=5))
-def test_any_sequence_of_loads_and_removes_keeps_the_holds(steps, tmp_path_factory):
+def test_any_sequence_of_loads_and_removes_keeps_the_holds(
+    steps, both_loaded, tmp_path_factory
+):
     # The gate outlives every load and remove: whichever plugins are
     # loaded, the job's holds are the same, and once both are back the
-    # service finishes the job.
+    # service finishes the job (and both are loaded for the next example).
     tmp = tmp_path_factory.mktemp("dws")
-    with Instance(cores=8, plugin=GATE, plugins=[(DWS, {})]) as inst:
-        service = test_dws.FakeDws(inst, str(tmp), *HANG)
-        try:
-            h, _, jobid = in_depend(inst, lambda *a: service)
-            paths = {"gate": GATE, "dws": DWS}
-            loaded = {"gate", "dws"}
-            for action, name in steps:
-                if (action == "load") == (name in loaded):
-                    continue
-                (load if action == "load" else remove)(inst, paths[name])
-                loaded ^= {name}
-                if loaded:
-                    assert listed(inst, jobid) == IN_DEPEND, (action, name)
-            for name in {"gate", "dws"} - loaded:
-                load(inst, paths[name])
-            finish(h, service, jobid)
-            assert len(service.requests("dws.create")) == 1
-        finally:
-            service.stop()
+    inst = both_loaded
+    service = FakeDws(inst, str(tmp), *HANG)
+    paths = {"gate": GATE, "dws": DWS}
+    loaded = {"gate", "dws"}
+    try:
+        h, _, jobid = in_depend(inst, lambda *a: service)
+        for action, name in steps:
+            if (action == "load") == (name in loaded):
+                continue
+            (load if action == "load" else remove)(inst, paths[name])
+            loaded ^= {name}
+            if loaded:
+                assert listed(inst, jobid) == IN_DEPEND, (action, name)
+        for name in {"gate", "dws"} - loaded:
+            load(inst, paths[name])
+            loaded.add(name)
+        finish(h, service, jobid)
+        assert len(service.requests("dws.create")) == 1
+    finally:
+        service.stop()
+        # Whatever failed, the next example finds both loaded.
+        for name in {"gate", "dws"} - loaded:
+            load(inst, paths[name])
 
 
 def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):

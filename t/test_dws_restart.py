@@ -7,14 +7,10 @@ import os
 import flux
 import flux.job
 import pytest
-import test_dws
+from dwsfake import DW, contexts
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
-from test_dws import DW, contexts
 
 from flux_epilog_gate.paths import plugin_path
-
-# The fixtures of the dws tests.
-dws, rabbit_instance = test_dws.dws, test_dws.rabbit_instance
 
 #: The plugin under test: the installed dws.so, unless DWS_PLUGIN names
 #: another build of it (to measure flux-coral2's dws-jobtap.so the same way).

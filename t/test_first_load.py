@@ -8,7 +8,7 @@ import flux.job
 from jobs import eventlog, hold_log, query, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.gate.holdlog import KEY
+from flux_epilog_gate.gate.holdlog import KEY, MARKER
 
 #: Running jobs at the load, and how far apart their finishes are: the
 #: load lands in the middle of a stream of jobs reaching CLEANUP.
@@ -82,3 +82,29 @@ def test_restart_after_a_first_load_recovers_the_held_jobs(new_instance, plugin)
     flux.job.cancel(handle, bystander)
     wait_inactive(handle, bystander)
     assert gate_events(eventlog(handle, bystander)) == []
+
+
+def test_a_first_load_reads_no_job_the_gate_cannot_hold(new_instance, plugin, tmp_path):
+    """The gate never ran in this instance: a job in CLEANUP (kept there
+    by perilog.so's epilog) cannot have a hold of it, so the first load
+    neither reads its eventlog nor tracks it.  Each read is slowed, so one
+    would still show in the counters when the load answers."""
+    go = tmp_path / "go"
+    wait = f"while ! test -e {go}; do sleep 0.05; done"
+    inst = new_instance(
+        plugin=None,
+        config=(
+            '[job-manager]\nplugins = [ { load = "perilog.so" } ]\n'
+            f'[job-manager.epilog]\ncommand = [ "sh", "-c", "{wait}" ]\n'
+        ),
+    )
+    handle = inst.handle()
+    job = submit(handle)
+    wait_event(handle, job, "epilog-start")
+    inst.flux("jobtap", "load", plugin, "debug-fault=slow-recovery")
+    counters = query(inst)["counters"]
+    assert (counters["jobs"], counters["held"]) == (0, 0)
+    go.touch()
+    wait_inactive(handle, job)
+    assert [e for e in eventlog(handle, job) if MARKER in e.context] == []
+    assert query(inst)["counters"]["jobs"] == 0

@@ -13,11 +13,13 @@ handler does come back when flux-core needs it.
 import json
 import tempfile
 
+import pytest
 from conftest import callgrind_counter
 
 JOBS = 40
 
 
+@pytest.mark.slow
 def test_an_idle_plugin_adds_no_fnmatch_and_no_python_to_a_job():
     instructions = callgrind_counter()
     with tempfile.TemporaryDirectory(prefix="idle-cost-") as tmp:

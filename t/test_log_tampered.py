@@ -7,6 +7,7 @@ import json
 
 import flux.kvs
 import pytest
+from conftest import restart
 from jobs import dmesg, query, set_urgency, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
@@ -20,13 +21,6 @@ def inst(new_instance):
     return new_instance(plugin_conf={"max-holds": MAX_HOLDS_LIMIT})
 
 
-def restart(inst):
-    inst.stop()
-    inst.start()
-    handle = inst.handle()
-    return handle, EpilogGate(handle)
-
-
 def listed(gate, jobid=None):
     return {(h["id"], h["description"]) for h in gate.list(jobid)}
 
@@ -38,14 +32,16 @@ def test_a_stray_key_beside_the_segments_costs_no_pending_hold(inst):
     gate.hold(jobid, "bb-teardown")
     inst.flux("kvs", "put", f"{SEGMENTS}.README=do not touch")
 
-    handle, gate = restart(inst)
+    handle = restart(inst, "instance")
+    gate = EpilogGate(handle)
     assert listed(gate) == {(jobid, "bb-teardown")}
     assert query(inst)["counters"]["lost"] == 0
     assert dmesg(inst, f"{SEGMENTS}.README is left out")
     # The next commit is a snapshot, which removes what the gate never wrote.
     gate.hold(jobid, "after")
     assert not flux.kvs.exists(handle, SEGMENTS)
-    handle, gate = restart(inst)
+    handle = restart(inst, "instance")
+    gate = EpilogGate(handle)
     assert listed(gate) == {(jobid, "bb-teardown"), (jobid, "after")}
     gate.release(jobid, "bb-teardown")
     gate.release(jobid, "after")
@@ -76,7 +72,8 @@ def test_holds_past_the_most_a_job_can_have_are_lost_by_name_and_jobs_go_on(inst
     inst.flux("jobtap", "remove", "epilog-gate.so")
     inst.flux("kvs", "put", "--raw", f"{KEY}=-", input=entries(jobid, 205, "prolog"))
 
-    handle, gate = restart(inst)
+    handle = restart(inst, "instance")
+    gate = EpilogGate(handle)
     kept = {(jobid, f"d{k:03}") for k in range(MAX_HOLDS_LIMIT)}
     assert listed(gate, jobid) == kept
     assert query(inst)["counters"]["lost"] == extra

@@ -5,6 +5,7 @@ import errno
 
 import flux.job
 import pytest
+from conftest import restart
 from jobs import (
     dmesg,
     eventlog,
@@ -62,12 +63,6 @@ def test_jobtap_query_shows_config_counters_and_holds(instance, handle, gate):
     flux.job.cancel(handle, jobid)
 
 
-def reload(inst, plugin):
-    inst.flux("jobtap", "remove", "epilog-gate.so")
-    assert "epilog-gate" not in inst.flux("jobtap", "list").stdout
-    inst.flux("jobtap", "load", plugin)
-
-
 def test_reload_keeps_active_hold_blocking_clean(new_instance, plugin):
     inst = new_instance()
     handle, gate = inst.handle(), EpilogGate(inst.handle())
@@ -75,7 +70,7 @@ def test_reload_keeps_active_hold_blocking_clean(new_instance, plugin):
     gate.hold(jobid, "bb")
     flux.job.cancel(handle, jobid)
     wait_event(handle, jobid, "epilog-start")
-    reload(inst, plugin)
+    restart(inst, "jobtap", plugin)
     assert [(h["description"], h["state"]) for h in gate.list(jobid)] == [
         ("bb", "active")
     ]
@@ -89,7 +84,7 @@ def test_reload_keeps_pending_hold_and_activates_it(new_instance, plugin):
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     jobid = submit(handle, urgency=0)
     gate.hold(jobid, "bb")
-    reload(inst, plugin)
+    restart(inst, "jobtap", plugin)
     assert [(h["description"], h["state"]) for h in gate.list(jobid)] == [
         ("bb", "pending")
     ]

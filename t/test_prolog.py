@@ -6,6 +6,7 @@ import os
 
 import flux.job
 import pytest
+from conftest import discard
 from jobs import (
     described,
     eventlog,
@@ -340,8 +341,20 @@ description = "bb"
 """
 
 
-def test_rules_may_declare_prolog_holds(new_instance):
-    inst = new_instance(config=PROLOG_RULES)
+@pytest.fixture(scope="module")
+def ruled(plugin):
+    """An instance of the module's with PROLOG_RULES (each test uses jobs
+    of its own; a refused reload leaves the rules in force)."""
+    from flux_epilog_gate.testing import Instance
+
+    inst = Instance(cores=64, plugin=plugin, config=PROLOG_RULES)
+    inst.start()
+    yield inst
+    discard(inst)
+
+
+def test_rules_may_declare_prolog_holds(ruled):
+    inst = ruled
     handle = inst.handle()
     gate = EpilogGate(handle)
     jobid = submit(handle, duration=0.1, **{"system.bb": "1g"})
@@ -362,27 +375,32 @@ def test_rules_may_declare_prolog_holds(new_instance):
     ).index("start")
 
 
-def test_rule_with_a_bad_point_fails_the_config_reload(new_instance):
-    inst = new_instance()
+def test_rule_with_a_bad_point_fails_the_config_reload(ruled):
+    inst = ruled
+    before = query(inst)["config"]["rules"]
     inst.config = PROLOG_RULES.replace('point = "prolog"', 'point = "later"')
     inst.write_config()
-    result = inst.flux("config", "reload", check=False)
+    try:
+        result = inst.flux("config", "reload", check=False)
+    finally:
+        inst.config = PROLOG_RULES
+        inst.write_config()
     assert result.returncode != 0
     assert "rules[0].point" in result.stderr
-    assert query(inst)["config"]["rules"] == []
+    assert query(inst)["config"]["rules"] == before
 
 
 # The example service
 
 
 def test_example_service_sets_up_before_start_and_tears_down_before_clean(
-    new_instance, tmp_path
+    ruled, tmp_path
 ):
     import subprocess
     import sys
 
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    inst = new_instance(config=PROLOG_RULES)
+    inst = ruled
     handle = inst.handle()
     service = subprocess.Popen(
         [

@@ -6,6 +6,7 @@ timeout resumes on the clock that started when it became active."""
 import time
 
 import pytest
+from conftest import LEAD, SLACK, TIMEOUTS
 from jobs import (
     described,
     eventlog,
@@ -17,7 +18,6 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_durability import LEAD, SLACK, TIMEOUTS, Restarter
 
 from flux_epilog_gate.gate.holdlog import KEY, MARKER
 
@@ -25,8 +25,8 @@ PROLOG = "prolog"
 
 
 @pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
-def test_prolog_holds_survive_restart(kind, new_instance, plugin):
-    r = Restarter(kind, new_instance, plugin)
+def test_prolog_holds_survive_restart(kind, restarter):
+    r = restarter(kind)
     handle, gate = r.handle, r.gate
     timeout = TIMEOUTS[kind]
 
@@ -47,13 +47,9 @@ def test_prolog_holds_survive_restart(kind, new_instance, plugin):
     before = {(h["id"], h["description"]): h for h in gate.list()}
 
     time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
-    r.restart()
-    if kind == "module":
-        # A new job-manager has no scheduler and no exec service until they
-        # say hello again; job-exec's hello makes the job-manager send the
-        # start request of every job in RUN that no prolog action holds.
-        r.inst.flux("module", "reload", "sched-simple")
-        r.inst.flux("module", "reload", "job-exec")
+    # A new job-manager has no scheduler and no exec service until they
+    # say hello again: they are reloaded with it.
+    r.restart(dependents=True)
     restarted = time.time()
     handle, gate = r.handle, r.gate
     assert restarted < started.timestamp + timeout - 1.0, "restart took too long"
@@ -108,17 +104,17 @@ def test_prolog_holds_survive_restart(kind, new_instance, plugin):
     assert '"description":"p-setup","point":"prolog"' in log, log
 
 
-def test_prolog_hold_pending_while_the_plugin_is_removed_is_gone(new_instance, plugin):
+def test_prolog_hold_pending_while_the_plugin_is_removed_is_gone(restarter):
     """A job that enters RUN while the plugin is not loaded is not held:
     its pending prolog hold is answered as gone once the plugin is back."""
-    r = Restarter("jobtap", new_instance, plugin)
+    r = restarter("jobtap")
     handle, gate = r.handle, r.gate
     jobid = submit(handle, duration=0.1, urgency=0)
     gate.hold(jobid, "setup", point=PROLOG)
     r.inst.flux("jobtap", "remove", "epilog-gate.so")
     set_urgency(handle, jobid, 16)
     wait_inactive(handle, jobid)
-    r.inst.flux("jobtap", "load", plugin)
+    r.inst.flux("jobtap", "load", r.plugin)
     assert gate.list() == []
     answer = gate.release(jobid, "setup")
     assert answer["released"] is False

@@ -12,6 +12,7 @@ import time
 
 import flux.job
 import pytest
+from conftest import jobtap_list, restart
 from jobs import (
     described,
     dmesg,
@@ -70,15 +71,11 @@ class Reloader:
         inst = self.inst
         if self.kind == "first-load":
             inst.flux("jobtap", "load", self.plugin)
-        elif self.kind == "module":
-            inst.flux("module", "reload", "job-manager")
         else:
             self.handle = self.gate = None
-            inst.stop()
-            inst.start()
-            self.handle = inst.handle()
+            self.handle = restart(inst, self.kind)
             self.gate = EpilogGate(self.handle)
-        assert "epilog-gate" in inst.flux("jobtap", "list").stdout
+        assert "epilog-gate.so" in jobtap_list(self.handle)
         # The job-manager takes jobs: the load did not stop it.
         submit(self.handle, urgency=0)
 

@@ -15,6 +15,7 @@ import errno
 import flux.job
 import flux.kvs
 import pytest
+from conftest import restart
 from flux.job import JobspecV1
 from jobs import GATE_SYNCS_ONLY, get_raw, hold_log, query, replayed, segments
 
@@ -83,13 +84,6 @@ def into_segments(inst, gate, handle):
     return first, spare
 
 
-def restart(inst):
-    inst.kill()
-    inst.start()
-    handle = inst.handle()
-    return handle, EpilogGate(handle)
-
-
 def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
@@ -98,7 +92,8 @@ def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst
     assert logged(inst) == listed(gate) == holds_on(first)
     last = segment(inst)
 
-    handle, gate = restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
     assert listed(gate) == holds_on(first)
     # The load makes the log's key the segment after the last it found.
     assert segment(inst) == last
@@ -114,7 +109,8 @@ def test_a_large_log_goes_on_in_segments_and_the_next_snapshot_removes_them(inst
     assert segment(inst) == 0 and not flux.kvs.exists(handle, SEGMENTS)
     assert logged(inst) == listed(gate) == holds_on(second)
 
-    handle, gate = restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
     assert listed(gate) == holds_on(second)
     requests(gate, [("release", j, d) for j, d in sorted(holds_on(second))])
 
@@ -130,7 +126,8 @@ def test_a_snapshot_request_removes_the_segments_and_answers_the_size(inst):
     # The next commit appends to the log's key again.
     gate.hold(spare, "next")
     assert segments(inst) == [] and (spare, "next") in logged(inst)
-    handle, gate = restart(inst)
+    handle = restart(inst, "sigkill")
+    gate = EpilogGate(handle)
     assert listed(gate) == holds_on(first) | {(spare, "next")}
 
 

@@ -8,7 +8,7 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from flux_epilog_gate.gate import holdlog, holds
+from flux_epilog_gate.gate import holdlog, holds, listing
 
 VALUES = st.one_of(
     st.integers(min_value=-(2**70), max_value=2**70),
@@ -62,7 +62,7 @@ def test_a_list_entry_is_what_json_writes(
     hold = holds.Hold(jobid, description, userid, t_hold, timeout, point)
     hold.state = state
     hold.t_start = t_start
-    assert hold.to_json() == json.dumps(hold.to_dict(), separators=(",", ":"))
+    assert listing.entry(hold) == json.dumps(hold.to_dict(), separators=(",", ":"))
 
 
 def hold_context(hold):

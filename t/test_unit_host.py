@@ -27,6 +27,7 @@ class Member:
 class Jobtap:
     def __init__(self, jmid):
         self.jmid = jmid
+        self.marks = self
 
     def jobmanager_id(self):
         return self.jmid

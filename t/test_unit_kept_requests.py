@@ -23,17 +23,19 @@ from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holds import ACTIVE, DEPEND, EPILOG, PROLOG
 from flux_epilog_gate.gate.states import CLEANUP, INACTIVE, SCHED
 from flux_epilog_gate.gate.states import DEPEND as DEPEND_STATE
-from flux_epilog_gate.plugin import EpilogGatePlugin
+from flux_epilog_gate.plugin import EpilogGatePlugin, driver
 
 USER = 1000
 
 
 class Ledger:
-    """The plugin's port, as far as answering requests goes."""
+    """The plugin's jobtap and the gate's port, as far as answering
+    requests goes."""
 
     plugin_name = "epilog-gate"
 
     def __init__(self):
+        self.messages = self
         self.p = object()
         self.ffi = SimpleNamespace(string=lambda text: text)
         #: References taken and not given back, by request.
@@ -122,7 +124,12 @@ class Harness:
         self.port = FakePort()
         self.port.defer_commits = True
         self.ledger = Ledger()
-        self.plugin = EpilogGatePlugin(self.ledger)
+        # The ledger is the gate's port too.
+        port, driver.GatePort = driver.GatePort, lambda jobtap: jobtap
+        try:
+            self.plugin = EpilogGatePlugin(self.ledger)
+        finally:
+            driver.GatePort = port
         self.plugin.gate = Gate(self.port, Config(max_pending=max_pending))
         self.plugin.load = FakeLoad()
         self.sent = 0

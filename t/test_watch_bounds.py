@@ -13,6 +13,7 @@ import time
 import flux
 import flux.job
 import pytest
+from conftest import discard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jobs import query, submit, wait_event
@@ -200,8 +201,20 @@ def test_requests_past_max_pending_get_eagain_and_change_nothing(new_instance):
     gate.release_many(asked)
 
 
+@pytest.fixture(scope="module")
+def bare():
+    """An instance of the module's without the gate (a refused load leaves
+    it so)."""
+    from flux_epilog_gate.testing import Instance
+
+    inst = Instance(cores=8)
+    inst.start()
+    yield inst
+    discard(inst)
+
+
 @pytest.mark.parametrize("key", ["watch-backlog", "max-pending"])
-def test_a_bad_bound_is_refused_naming_its_key(new_instance, plugin, key):
-    inst = new_instance(plugin=None)
+def test_a_bad_bound_is_refused_naming_its_key(bare, plugin, key):
+    inst = bare
     done = inst.flux("jobtap", "load", plugin, f"{key}=0", check=False)
     assert done.returncode != 0 and f"{key}: 0 is not between" in done.stderr

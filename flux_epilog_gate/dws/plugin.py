@@ -150,6 +150,8 @@ class Dws(GateDriver):
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
+        #: Jobs whose lost holds' workflow this instance tore down.
+        self.torn = set()
         #: When this instance became a listener of the gate.
         self.listening_since = None
 
@@ -171,7 +173,7 @@ class Dws(GateDriver):
         self.commit(Config())
         # A cancel while dws.so is removed ends dws-setup all the same.
         self.gate.end_when_aborted(SETUP)
-        self.gate.listeners.append(self)
+        self.gate.add_listener(self)
         #: Activations from now on are told to this instance.
         self.listening_since = self.jobtap.now()
         self.configured = True
@@ -180,8 +182,8 @@ class Dws(GateDriver):
     def forward(self, new=False, depend=False):
         """The gate's job.new while it loads; every rabbit job's
         job.state.depend, always (rules are epilog-gate.so's)."""
-        self.jobtap.forward("job.new", new)
-        self.jobtap.forward("job.state.depend", True)
+        self.jobtap.marks.forward("job.new", new)
+        self.jobtap.marks.forward("job.state.depend", True)
 
     @plugin_topic("plugin.query")
     def query(self, args):
@@ -193,11 +195,7 @@ class Dws(GateDriver):
         }
 
     def _active(self, description):
-        return sorted(
-            jobid
-            for jobid, job in self.gate.jobs.items()
-            if description in job.holds and job.holds[description].state == ACTIVE
-        )
+        return self.gate.jobs_holding(description, ACTIVE)
 
     def log(self, level, text):
         self.jobtap.log(level, text)
@@ -214,15 +212,14 @@ class Dws(GateDriver):
         """Raise a fatal exception on the job; return it as the gate
         records it with the end of a hold, ``{type, severity, note}``."""
         try:
-            self.jobtap.raise_job_exception(jobid, type, 0, note)
+            self.jobtap.jobs.raise_exception(jobid, type, 0, note)
         except OSError as exc:
             self.log(syslog.LOG_ERR, f"raising {type} on {f58(jobid)}: {exc}")
         return {"type": type, "severity": 0, "note": note}
 
     def holds(self, jobid):
         """The job's holds in the gate ({} if none)."""
-        job = self.gate.jobs.get(jobid)
-        return job.holds if job is not None else {}
+        return self.gate.job_holds(jobid)
 
     def active(self, jobid, description):
         hold = self.holds(jobid).get(description)
@@ -243,7 +240,11 @@ class Dws(GateDriver):
         A hold that became active while dws.so was removed from this same
         job-manager is started now, as it would have been then (one that
         an earlier instance started is not asked of the service again)."""
-        since = self.host.left.pop(self.name, None) if self.host else None
+        since = self.host.departures.pop(self.name, None) if self.host else None
+        # Lost while dws.so was not loaded (or before this load).
+        for entry in self.gate.lost_holds():
+            if POINTS.get(entry["description"]) == entry.get("point"):
+                self.teardown_lost(entry["id"], entry["description"])
         for jobid in self._active(SETUP):
             if self.state_of(jobid) == CLEANUP and self.is_rabbit(jobid):
                 # Its fatal exception came while dws.so was not loaded.
@@ -287,8 +288,7 @@ class Dws(GateDriver):
             "userid": job.userid,
             "failure_tolerance": tolerance,
         }
-        record = self.gate.jobs.get(job.id)
-        if record is not None and record.recovering:
+        if self.gate.recovering(job.id):
             # Held before this load, maybe: its holds are being read back.
             jobid = job.id
             self.when_ready(lambda: self.recovered(jobid, payload))
@@ -304,7 +304,7 @@ class Dws(GateDriver):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
         was done before this load."""
         holds = self.holds(jobid)
-        if CREATE in holds or self.gate.gone.get(jobid, CREATE):
+        if CREATE in holds or self.gate.gone(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
             # has the job's workflow.
             return
@@ -314,7 +314,7 @@ class Dws(GateDriver):
             return
         # A job in DEPEND that the gate never held: another plugin (such
         # as dws-jobtap.so) may have asked for its storage already.
-        self.jobtap.read_kvs(
+        self.jobtap.kvs.read(
             f"{JobID(jobid).kvs}.eventlog",
             lambda text, error: self.inherit(jobid, payload, text, error),
         )
@@ -354,7 +354,9 @@ class Dws(GateDriver):
         return True
 
     def send_create(self, jobid, payload):
-        self.jobtap.rpc("dws.create", payload, lambda f: self.created(jobid, f))
+        self.jobtap.messages.rpc(
+            "dws.create", payload, lambda f: self.created(jobid, f)
+        )
 
     def created(self, jobid, future):
         try:
@@ -393,7 +395,7 @@ class Dws(GateDriver):
                 jobid, payload["exclude"]
             )
         try:
-            self.jobtap.jobspec_update(jobid, update)
+            self.jobtap.jobs.jobspec_update(jobid, update)
         except OSError as exc:
             errmsg = "could not update jobspec with new constraints and resources"
             self.log(syslog.LOG_ERR, f"{f58(jobid)}: {errmsg}: {exc}")
@@ -402,7 +404,7 @@ class Dws(GateDriver):
         try:
             if not self.release(jobid, CREATE, 0):
                 # Added by another plugin before this one was loaded.
-                self.jobtap.dependency_remove(jobid, CREATE)
+                self.jobtap.jobs.dependency_remove(jobid, CREATE)
         except (OSError, GateError) as exc:
             errmsg = "Failed to remove dependency for job"
             self.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
@@ -428,7 +430,9 @@ class Dws(GateDriver):
         ``attributes.system``, each key decoded alone."""
         system = {}
         for key in ("constraints", "allow_rabbits"):
-            value = self.jobtap.job_value(jobid, f"jobspec.attributes.system.{key}")
+            value = self.jobtap.jobs.value(
+                jobid, f"jobspec.attributes.system.{key}"
+            )
             if value is not None:
                 system[key] = value
         return system
@@ -436,7 +440,7 @@ class Dws(GateDriver):
     def state_of(self, jobid):
         """The job's state, None if it is not active."""
         try:
-            return self.jobtap.job_info(jobid)[0]
+            return self.jobtap.jobs.info(jobid)[0]
         except OSError:
             return None
 
@@ -466,7 +470,7 @@ class Dws(GateDriver):
         """True if the job asks for rabbit storage (a hold of this name
         on another job is someone else's)."""
         try:
-            return self.jobtap.job_value(jobid, f"jobspec.{DW}") is not None
+            return self.jobtap.jobs.value(jobid, f"jobspec.{DW}") is not None
         except OSError:
             return False
         except ValueError:
@@ -474,7 +478,7 @@ class Dws(GateDriver):
             return True
 
     def start_setup(self, jobid):
-        self.jobtap.read_kvs(
+        self.jobtap.kvs.read(
             f"{JobID(jobid).kvs}.R",
             lambda text, error: self.send_setup(jobid, text, error),
         )
@@ -488,7 +492,7 @@ class Dws(GateDriver):
         except (ValueError, RecursionError):
             self.setup_failed(jobid, "Failed to unpack R")
             return
-        self.jobtap.rpc(
+        self.jobtap.messages.rpc(
             "dws.setup", {"jobid": jobid, "R": R}, lambda f: self.set_up(jobid, f)
         )
 
@@ -521,7 +525,7 @@ class Dws(GateDriver):
         payload = self.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
         hold = self.holds(jobid).get(SETUP)
-        if hold is None and self.gate.gone.get(jobid, SETUP):
+        if hold is None and self.gate.gone(jobid, SETUP):
             # Ended already (a failed setup, a cancel): the service's
             # request crossed the end.
             request.respond(None)
@@ -543,7 +547,9 @@ class Dws(GateDriver):
         variables from it); on failure end its prolog and raise
         RequestError."""
         try:
-            self.jobtap.post_event(jobid, "dws_environment", {"variables": variables})
+            self.jobtap.jobs.post_event(
+                jobid, "dws_environment", {"variables": variables}
+            )
         except OSError as exc:
             errmsg = "failed to post dws_environment event"
             self.setup_failed(jobid, errmsg)
@@ -562,9 +568,9 @@ class Dws(GateDriver):
             try:
                 if description == SETUP:
                     self.post_environment(jobid, variables)
-                    self.jobtap.prolog_finish_job(jobid, SETUP, 0)
+                    self.jobtap.jobs.prolog_finish(jobid, SETUP, 0)
                 else:
-                    self.jobtap.epilog_finish_job(jobid, EPILOG, 0)
+                    self.jobtap.jobs.epilog_finish(jobid, EPILOG, 0)
             except RequestError as exc:
                 request.error(exc.errnum, exc.message)
                 return
@@ -573,14 +579,14 @@ class Dws(GateDriver):
                 return
             request.respond(None)
 
-        self.jobtap.read_kvs(f"{JobID(jobid).kvs}.eventlog", finish)
+        self.jobtap.kvs.read(f"{JobID(jobid).kvs}.eventlog", finish)
 
     # Epilog: dws-epilog
 
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
         started = self.gate.posted(jobid, "start")
-        self.jobtap.rpc(
+        self.jobtap.messages.rpc(
             "dws.post_run",
             {"jobid": jobid, "run_started": started},
             lambda f: self.post_ran(jobid, f),
@@ -634,7 +640,7 @@ class Dws(GateDriver):
         if self.state_of(jobid) != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.holds(jobid).get(EPILOG)
-        if hold is None and not self.gate.gone.get(jobid, EPILOG):
+        if hold is None and not self.gate.gone(jobid, EPILOG):
             self.finish_foreign(request.detach(), jobid, EPILOG)
             return
         if hold is not None and hold.state != ACTIVE:
@@ -666,22 +672,44 @@ class Dws(GateDriver):
         elif self.active(jobid, EPILOG):
             if context.get("type") == EPILOG_TIMEOUT:
                 # Answered, but nothing waits for the answer.
-                self.jobtap.rpc("dws.abort", {"jobid": jobid})
+                self.jobtap.messages.rpc("dws.abort", {"jobid": jobid})
                 self.stop_timeout(jobid)
                 self.release(jobid, EPILOG, 1, raised=raised)
             else:
-                self.jobtap.rpc("dws.teardown", {"jobid": jobid})
+                self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})
 
     def inactive(self, jobid):
         self.stop_timeout(jobid)
 
+    def lost(self, hold):
+        """One of the gate's holds was lost: its job will never reach its
+        point (it was dropped at a restart, or went inactive while the
+        gate was not loaded).  A rabbit job's workflow is torn down, as
+        the C plugin ends one on an exception (``dws.teardown``), so the
+        service strands nothing."""
+        if POINTS.get(hold.description) == hold.point:
+            self.teardown_lost(hold.id, hold.description)
+
+    def teardown_lost(self, jobid, description):
+        """``dws.teardown`` for the job of lost hold ``description``, once
+        per job; the gate then forgets the hold (it is taken)."""
+        if jobid not in self.torn:
+            self.torn.add(jobid)
+            self.log(
+                syslog.LOG_ERR,
+                f"{f58(jobid)}: {description} was lost: tearing its workflow down",
+            )
+            # Answered, but nothing waits for the answer.
+            self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})
+        self.gate.take_lost(jobid, description)
+
     def unload(self):
         for jobid in list(self.timers):
             self.stop_timeout(jobid)
-        if self.gate is not None and self in self.gate.listeners:
-            self.gate.listeners.remove(self)
+        if self.gate is not None:
+            self.gate.remove_listener(self)
         if self.host is not None:
-            self.host.left[self.name] = self.jobtap.now()
+            self.host.departures[self.name] = self.jobtap.now()
         super().unload()
 
     # Requests
@@ -706,7 +734,7 @@ class Dws(GateDriver):
             raise RequestError(
                 errno.EPROTO, f"list: malformed payload: {exc}"
             ) from None
-        self.jobtap.send_text(request.msg, text)
+        self.jobtap.messages.send_text(request.msg, text)
 
     def payload_of(self, request, method, keys, raise_on_job=True):
         """The payload of ``request`` if it is an object with an integer

@@ -1,87 +1,18 @@
 """The gate: holds, the epilog point, releases, timeouts and watchers.
 
-This module is plain Python.  Everything it does to the job-manager goes
-through a *port*, an object with these methods (the real one is
-:class:`flux_epilog_gate.plugin.port.GatePort`; the unit tests use a fake):
-
-``now()``
-    current time, seconds since the epoch
-``stamp()``
-    ``holds.stamp(now())``: the time of a hold-log line and its text
-``job_info(id)``
-    ``(state, userid)`` of a job; raises OSError(ENOENT) for unknown jobs
-``posted(id, name)``
-    True if event ``name`` was posted to the job since the job-manager
-    started
-``epilog_start(id, description, timeout)``
-    post ``epilog-start``, marked as the gate's, with the hold's timeout
-    (None: none) so that the eventlog alone tells an active hold
-``epilog_finish(id, description, status)``
-    post ``epilog-finish``
-``raise_exception(id, note)``
-    raise a non-fatal job exception
-``annotate(id, text)``
-    set the job's ``epilog_gate`` user annotation to ``text`` (None:
-    remove it)
-``prolog_start(id, description, timeout)`` / ``prolog_finish(id, description, status)``
-    post ``prolog-start`` / ``prolog-finish``, marked as the gate's
-``raise_fatal(id, note)``
-    raise a fatal job exception (a failed prolog hold)
-``raise_job_exception(id, type, severity, note)``
-    raise a job exception of any type (one a releaser raised, raised again
-    by recovery if a crash lost it)
-``depend_start(id, description, timeout)`` / ``depend_finish(id, description)``
-    post ``dependency-add`` / ``dependency-remove``, marked as the gate's
-``raise_dependency(id, note)``
-    raise a fatal job exception (a failed dependency hold)
-``want_run(id)``
-    also send the tracked job's entry to RUN to the gate
-``track(id, events=False)`` / ``untrack(id)``
-    start or stop sending the job's callbacks to the gate (with
-    ``events``, also its ``finish`` and ``free`` events, asked for only
-    while the epilog point waits on them: see
-    :mod:`~flux_epilog_gate.gate.epilog`); a job's events, once asked
-    for, are sent until it is untracked
-``timer(delay, callback)``
-    call ``callback()`` after ``delay`` seconds; returns an object with
-    ``stop()``
-``kvs_commit(key, text, append, callback, sync)``
-    write (or with ``append``, append) ``text`` to KVS key ``key``
-    without blocking (with ``sync``, checkpointed before it answers);
-    later call ``callback(error)``, with None on success
-``kvs_commit_ops(ops, callback, sync)``
-    commit ``ops``, a list of ``(op, key, value)`` (op ``put``,
-    ``append``, ``put_treeobj`` or ``unlink``) in one transaction, applied
-    in order, all or none; later call ``callback(error)`` (a snapshot of
-    the hold log in parts)
-``kvs_lookup_treeobj(key, callback)``
-    look up KVS key ``key``'s tree object (JSON text) without blocking;
-    later call ``callback(treeobj, error)``
-``kvs_get(key)``
-    the value of KVS key ``key`` as bytes (``b""`` if empty), waited for;
-    None if there is no such key; raises OSError on other failures.  For
-    the load only (:mod:`~flux_epilog_gate.gate.loader`)
-``read_eventlog(id, callback)``
-    read the job's eventlog without blocking; later call
-    ``callback(events, error)`` exactly once: a list of ``(timestamp,
-    name, context)``, or None and an OSError
-``send_activation(sink, activation)``
-    send one response (a dict ``{id, description, userid, ran, point[,
-    aborted]}``) to a watcher; returns False if the watcher is gone
-``end_watch(sink, errnum, text)``
-    end a watcher's stream with an error
-``log(level, text)``
-    log a line (syslog levels)
-
-What the gate does at shutdown (:mod:`flux_epilog_gate.gate.shutdown`) needs
-two more, documented there.
+This package is plain Python.  Everything it does to the job-manager
+goes through a *port* (:class:`~flux_epilog_gate.gate.port.Port`, the
+calls it names and no more), handed to it at construction.
 
 The gate is one :class:`Gate`, a facade over objects that each own one
-concern and are handed, when the gate is made, the others they call
-(doc/design.md draws who calls whom):
+concern and are handed, when the gate is made, the context they share
+and the others they call (doc/design.md draws who calls whom):
 
 =================  =========================================================
 ``gate``           :class:`Gate`: the facade the plugins and the load use
+``port``           :class:`Port`: what the gate asks of the job-manager
+``context``        :class:`Context`: the port, configuration and shutdown
+                   every part reads, replaced in one place
 ``requests``       :class:`Requests`: hold, release, list; the holds of
                    configured rules
 ``points``         :class:`HoldPoint`: the protocol of the three points
@@ -99,8 +30,10 @@ concern and are handed, when the gate is made, the others they call
                    and the eventlog
 ``reload``         :class:`Reload`: going from one plugin instance to the
                    next
-``lost``           :class:`Losses`: pending holds whose job went inactive
-                   without them
+``lost``           :class:`Losses`: holds that ended without becoming
+                   active, whose job will never reach their point
+``lostrecord``     :class:`LostRecord`: lost holds not yet delivered to a
+                   service (watch ``lost``, the dws plugin), durable
 ``listeners``      :class:`Listeners`: in-process users of the gate (the
                    dws plugin)
 ``counters``       :class:`Counters`: what ``stats`` reports

@@ -16,13 +16,12 @@ class Annotations:
     point and the lifecycle whenever a job's active holds change.
     """
 
-    def __init__(self, port, config):
-        self.port = port
-        self.config = config
+    def __init__(self, context):
+        self.context = context
 
     def update(self, job):
         """Set the job's annotation to its active holds, if it changed."""
-        if not self.config.annotate:
+        if not self.context.config.annotate:
             return
         active = sorted(d for d, h in job.holds.items() if h.state == ACTIVE)
         text = ",".join(active) or None
@@ -30,6 +29,6 @@ class Annotations:
             return
         job.annotation = text
         try:
-            self.port.annotate(job.id, text)
+            self.context.port.annotate(job.id, text)
         except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: annotation: {exc}")
+            self.context.port.log(syslog.LOG_ERR, f"{f58(job.id)}: annotation: {exc}")

@@ -83,8 +83,8 @@ class DependPoint(HoldPoint):
     ends_at_shutdown = False
     label = "dependency hold"
 
-    def __init__(self, port, jobs, lifecycle, holdlog, watchers):
-        super().__init__(port, jobs, lifecycle, holdlog)
+    def __init__(self, context, jobs, lifecycle, holdlog, watchers):
+        super().__init__(context, jobs, lifecycle, holdlog)
         self.watchers = watchers
         # Holds whose record waits for the job-manager's event batch, with
         # the callback of the record (see BATCH_WAIT), in order.
@@ -115,7 +115,7 @@ class DependPoint(HoldPoint):
         sent its ``dependency-add`` to the KVS (see :data:`BATCH_WAIT`)."""
         self._unrecorded.append((hold, callback))
         if self._timer is None:
-            self._timer = self.port.timer(BATCH_WAIT, self._record_all)
+            self._timer = self.context.port.timer(BATCH_WAIT, self._record_all)
 
     def barrier(self, callback):
         """Call ``callback(error)`` once every record made so far is
@@ -158,16 +158,16 @@ class DependPoint(HoldPoint):
             if note is None:
                 note = self.failure_note(hold, status, reason)
             try:
-                self.port.raise_dependency(job.id, note)
+                self.context.port.raise_dependency(job.id, note)
             except OSError as exc:
-                self.port.log(
+                self.context.port.log(
                     syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {exc}"
                 )
             return
         try:
-            self.port.depend_finish(job.id, hold.description)
+            self.context.port.depend_finish(job.id, hold.description)
         except OSError as exc:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"{f58(job.id)}: dependency-remove {hold.description}: {exc}",
             )
@@ -203,14 +203,16 @@ class DependPoint(HoldPoint):
                 try:
                     self.activate(job, hold)
                 except GateError as exc:
-                    self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+                    self.context.port.log(
+                        syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}"
+                    )
                     self._drop(job, hold, Reason.DEPENDENCY_ADD_FAILED)
 
     # Internals
 
     def activate(self, job, hold):
         try:
-            self.port.depend_start(hold.id, hold.description, hold.timeout)
+            self.context.port.depend_start(hold.id, hold.description, hold.timeout)
         except OSError as exc:
             raise GateError.from_oserror(
                 exc, f"posting dependency-add to job {f58(hold.id)}"
@@ -242,6 +244,6 @@ class DependPoint(HoldPoint):
 
     def _state(self, jobid):
         try:
-            return self.port.job_info(jobid)[0]
+            return self.context.port.job_info(jobid)[0]
         except OSError:
             return None

@@ -49,11 +49,9 @@ class EpilogPoint(HoldPoint):
     events = EPILOG_EVENTS
     ends_at_shutdown = True
 
-    def __init__(self, port, jobs, lifecycle, holdlog, annotations):
-        super().__init__(port, jobs, lifecycle, holdlog)
+    def __init__(self, context, jobs, lifecycle, holdlog, annotations):
+        super().__init__(context, jobs, lifecycle, holdlog)
         self.annotations = annotations
-        #: The instance's shutdown while there is one.
-        self.shutdown = None
 
     # Requests
 
@@ -79,7 +77,7 @@ class EpilogPoint(HoldPoint):
             self._raise(job.id, hold, status, reason, note)
         # _post_finish(), written out: this ends every epilog hold.
         try:
-            self.port.epilog_finish(job.id, hold.description, status)
+            self.context.port.epilog_finish(job.id, hold.description, status)
         except OSError as exc:
             self._finish_failed(job.id, hold.description, exc)
 
@@ -89,8 +87,8 @@ class EpilogPoint(HoldPoint):
         self._advance(job, CLEANUP)
         if not job.at_point:
             self._await_point(job)
-            if self.shutdown is not None:
-                self.shutdown.entered_cleanup(job.id)
+            if self.context.shutdown is not None:
+                self.context.shutdown.entered_cleanup(job.id)
 
     def on_event(self, job, name, state):
         """An event was posted to the job."""
@@ -105,7 +103,7 @@ class EpilogPoint(HoldPoint):
         try:
             self._reach_point(job)
         except GateError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+            self.context.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
 
     def past_point(self, job, state):
         """True if the job is in CLEANUP and none of its processes can still
@@ -183,7 +181,7 @@ class EpilogPoint(HoldPoint):
             if hold.state == PENDING and hold.point == EPILOG:
                 self.activate(job, hold)
         # Tested here: the call costs more than the test.
-        if self.annotations.config.annotate:
+        if self.context.config.annotate:
             self.annotations.update(job)
 
     def _await_point(self, job):
@@ -196,7 +194,7 @@ class EpilogPoint(HoldPoint):
         try:
             self._wait_for_point(job)
         except GateError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+            self.context.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
 
     def _wait_for_point(self, job):
         """The job is in CLEANUP short of its epilog point: its ``finish``
@@ -205,7 +203,7 @@ class EpilogPoint(HoldPoint):
         sent costs the job-manager a call, and most jobs reach CLEANUP
         at their point, or with their events no longer needed)."""
         try:
-            self.port.track(job.id, events=True)
+            self.context.port.track(job.id, events=True)
         except OSError as exc:
             raise GateError.from_oserror(
                 exc, f"asking for the events of job {f58(job.id)}"
@@ -220,7 +218,7 @@ class EpilogPoint(HoldPoint):
 
     def _post_start(self, jobid, description, timeout=None):
         try:
-            self.port.epilog_start(jobid, description, timeout)
+            self.context.port.epilog_start(jobid, description, timeout)
         except OSError as exc:
             raise GateError.from_oserror(
                 exc, f"posting epilog-start to job {f58(jobid)}"
@@ -228,12 +226,12 @@ class EpilogPoint(HoldPoint):
 
     def _post_finish(self, jobid, description, status):
         try:
-            self.port.epilog_finish(jobid, description, status)
+            self.context.port.epilog_finish(jobid, description, status)
         except OSError as exc:
             self._finish_failed(jobid, description, exc)
 
     def _finish_failed(self, jobid, description, exc):
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR, f"{f58(jobid)}: epilog-finish {description}: {exc}"
         )
 
@@ -241,6 +239,8 @@ class EpilogPoint(HoldPoint):
         if note is None:
             note = self.failure_note(hold, status, reason)
         try:
-            self.port.raise_exception(jobid, note)
+            self.context.port.raise_exception(jobid, note)
         except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(jobid)}: raising exception: {exc}")
+            self.context.port.log(
+                syslog.LOG_ERR, f"{f58(jobid)}: raising exception: {exc}"
+            )

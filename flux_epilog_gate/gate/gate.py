@@ -13,19 +13,22 @@ crash keeps only what the KVS holds, a reload carries the gate over.
 
 from .annotations import Annotations
 from .config import Config
+from .context import Context
 from .counters import Counters
 from .depend import DependPoint
 from .epilog import EpilogPoint
 from .holdlog import HoldLog
-from .holds import EPILOG, Point
+from .holds import EPILOG
 from .jobs import JobTable
 from .lifecycle import Lifecycle
 from .listeners import Listeners
 from .lost import Losses
+from .lostrecord import LostRecord
 from .prolog import PrologPoint
 from .recovery import Recovery
 from .reload import Reload
 from .requests import Requests
+from .shutdown import Shutdown
 from .timeouts import Timeouts
 from .watchers import Watchers
 
@@ -33,129 +36,171 @@ from .watchers import Watchers
 class Gate:
     """Holds of all jobs, driven by job-manager callbacks and requests.
 
-    The facade the plugin (:mod:`flux_epilog_gate.plugin`), the loader,
-    the shutdown and the tests use: it makes the gate's objects, hands
-    each the others it calls, and passes each entry point on to the one
-    that owns it.
+    The facade the plugins (:mod:`flux_epilog_gate.plugin`,
+    :mod:`flux_epilog_gate.dws`), the loader, the shutdown and the tests
+    use: it makes the gate's objects once, each given at construction the
+    :class:`~.context.Context` they share and the others it calls, and
+    passes each entry point on to the one that owns it.  An entry point
+    that is one object's method is that method, bound here (no frame of
+    the facade's on the way: the hold and release of every request go
+    through it).
     """
 
     def __init__(self, port, config=None):
-        self.port = port
-        self.config = config = config or Config()
+        #: What every part reads, replaced here alone (attach, reconfigure,
+        #: a shutdown under way).
+        self.context = context = Context(port, config or Config())
         self.stats = Counters()
-        self.jobs = jobs = JobTable(port, config.gone_limit)
+        self.jobs = jobs = JobTable(context)
         self.holdlog = holdlog = HoldLog(port, jobs)
-        self.timeouts = timeouts = Timeouts(port)
-        self.watching = watchers = Watchers(port, config, jobs)
-        self.annotations = annotations = Annotations(port, config)
-        self.losses = Losses(port, jobs, holdlog, self.stats)
+        self.timeouts = timeouts = Timeouts(context)
+        #: Lost holds not yet delivered to a service, durable.
+        self.lost_record = lost_record = LostRecord(context)
+        self.watchers = watchers = Watchers(context, jobs, lost_record)
+        self.annotations = annotations = Annotations(context)
         #: In-process users of the gate (the dws plugin): each is told
-        #: ``activated(hold)``, and of a held job ``exception(id,
-        #: context)`` (a job exception) and ``inactive(id)``.
-        self.listeners = Listeners(port)
+        #: ``activated(hold)``, ``lost(hold)``, and of a held job
+        #: ``exception(id, context)`` (a job exception) and ``inactive(id)``.
+        self.listeners = listeners = Listeners(context)
+        self.losses = losses = Losses(
+            context, jobs, holdlog, self.stats, lost_record, watchers, listeners
+        )
+        #: The hold points by name, filled below: the points make their
+        #: holds active through the lifecycle, which ends them through
+        #: their point.
+        self.points = points = {}
         self.lifecycle = lifecycle = Lifecycle(
-            port,
+            context,
             jobs,
             holdlog,
             timeouts,
             watchers,
             annotations,
             self.stats,
-            self.losses,
-            self.listeners,
+            losses,
+            listeners,
+            points,
         )
-        self.epilog = EpilogPoint(port, jobs, lifecycle, holdlog, annotations)
-        self.prolog = PrologPoint(port, jobs, lifecycle, holdlog, watchers)
-        self.depend = DependPoint(port, jobs, lifecycle, holdlog, watchers)
-        #: The hold points by name.
-        self.points = {
-            point.name: point for point in (self.epilog, self.prolog, self.depend)
-        }
-        # The points make their holds active through the lifecycle, which
-        # ends them through their point.
-        lifecycle.points = self.points
-        self.requests = Requests(
-            port, config, jobs, holdlog, lifecycle, self.points, annotations, self.stats
+        self.epilog = epilog = EpilogPoint(
+            context, jobs, lifecycle, holdlog, annotations
         )
-        self.recovery = Recovery(
-            port,
-            jobs,
-            lifecycle,
-            watchers,
-            self.losses,
-            self.epilog,
-            self.prolog,
-            self.depend,
+        self.prolog = prolog = PrologPoint(context, jobs, lifecycle, holdlog, watchers)
+        self.depend = depend = DependPoint(context, jobs, lifecycle, holdlog, watchers)
+        points.update((point.name, point) for point in (epilog, prolog, depend))
+        self.requests = requests = Requests(
+            context, jobs, holdlog, lifecycle, points, annotations, self.stats
         )
-        self.reload = Reload(
-            port,
-            jobs,
-            holdlog,
-            timeouts,
-            lifecycle,
-            self.epilog,
-            self.prolog,
-            self.depend,
+        self.recovery = recovery = Recovery(
+            context, jobs, lifecycle, watchers, losses, epilog, prolog, depend
+        )
+        self.reload = reload = Reload(
+            context, jobs, holdlog, timeouts, lifecycle, epilog, prolog, depend
         )
         self._shutdown = None
+        self._bind(requests, watchers, lifecycle, recovery, reload, listeners, jobs)
 
-    # What the plugin reads
+    def _bind(self, requests, watchers, lifecycle, recovery, reload, listeners, jobs):
+        """The entry points that are one object's method, as they are."""
+        #: Register a hold; return ``(hold, created)`` (Requests.hold).
+        self.hold = requests.hold
+        #: Release a hold; return ``(released, reason)`` (Requests.release).
+        self.release = requests.release
+        #: List entries of all holds, or of one job's (Requests.list).
+        self.list = requests.list
+        #: The answer to ``list`` as JSON text (Requests.list_json).
+        self.list_json = requests.list_json
+        #: Register the holds that configured rules give a new job.
+        self.apply_rules = requests.apply_rules
+        #: Add a watcher; it is first sent every hold already active (with
+        #: ``lost``, first every lost hold not yet delivered, then each as
+        #: it is lost).
+        self.watch = watchers.watch
+        #: Drop watchers whose sink satisfies ``match(sink)``; return count.
+        self.unwatch = watchers.unwatch
+        #: A watcher read ``count`` activations (Watchers.acknowledge).
+        self.acknowledge = watchers.acknowledge
+        #: The job is inactive: whatever it still holds is gone.
+        self.on_inactive = lifecycle.on_inactive
+        #: Finish an active hold on the gate's own account (at shutdown).
+        self.end = lifecycle.end
+        #: A hold's timeout expired.
+        self.expire = lifecycle.expire
+        #: Rebuild a job's holds from its eventlog ``events``.
+        self.end_recovery = recovery.end
+        #: Recovering a job failed: carry on with what is known of it.
+        self.abandon_recovery = recovery.abandon
+        #: job.new for a job the gate already knows, after a reload; True
+        #: if its eventlog must be read (again).
+        self.retrack = reload.retrack
+        #: After a reload: jobs not ``seen`` went inactive meanwhile.
+        self.resume = reload.resume
+        #: Call ``method(*args)`` of every listener (Listeners.tell).
+        self.tell = listeners.tell
+        #: Every hold of every job, or None while some job's holds are
+        #: still being recovered.
+        self.holds = jobs.holds
+
+    # What the plugins read
 
     @property
-    def gone(self):
-        """Holds that are gone, and why (a GoneLog)."""
-        return self.jobs.gone
+    def config(self):
+        """The configuration in force."""
+        return self.context.config
 
     @property
     def replayed_progress(self):
         """Progress events read from the eventlogs of recovered jobs, by id."""
         return self.jobs.replayed_progress
 
-    @property
-    def watchers(self):
-        """The watch streams (a list of Watcher)."""
-        return self.watching.streams
+    def job_ids(self):
+        """The ids of the jobs the gate holds (or recovers)."""
+        return list(self.jobs)
 
-    @watchers.setter
-    def watchers(self, streams):
-        self.watching.streams = streams
+    def tracked(self):
+        """The ids of every job the gate tracks: those it holds, and those
+        whose progress it replayed."""
+        return list(self.jobs) + list(self.jobs.replayed_progress)
 
-    @property
-    def refused(self):
-        """Clients a bound refused: watch streams ended for falling
-        behind (watch-backlog), requests refused at max-pending."""
-        return {
-            "behind": self.watching.ended_behind,
-            "busy": self.requests.refused_busy,
-        }
+    def job_holds(self, jobid):
+        """The job's holds by description ({} if it has none)."""
+        job = self.jobs.get(jobid)
+        return job.holds if job is not None else {}
 
-    @property
-    def shutdown(self):
-        """What the instance's shutdown does
-        (:class:`flux_epilog_gate.gate.shutdown.Shutdown`), once it is
-        known; the objects it hooks into are told."""
-        return self._shutdown
+    def recovering(self, jobid):
+        """True while the job's holds are being read back."""
+        job = self.jobs.get(jobid)
+        return job is not None and job.recovering
 
-    @shutdown.setter
-    def shutdown(self, shutdown):
-        self._shutdown = shutdown
-        self.shutdown_changed()
+    def jobs_holding(self, description, state):
+        """The ids of the jobs whose hold ``description`` is in ``state``,
+        in order."""
+        return sorted(
+            jobid
+            for jobid, job in self.jobs.items()
+            if description in job.holds and job.holds[description].state == state
+        )
 
-    def shutdown_changed(self):
-        """Tell the objects the shutdown hooks into of it once it is under
-        way (:attr:`~flux_epilog_gate.gate.shutdown.Shutdown.underway`):
-        its hooks do nothing before, and the paths of every held job
-        need not call them."""
-        shutdown = self._shutdown
-        hooked = shutdown if shutdown is not None and shutdown.underway else None
-        self.requests.shutdown = hooked
-        self.lifecycle.shutdown = hooked
-        self.epilog.shutdown = hooked
+    def gone(self, jobid, description):
+        """Why the job's hold ``description`` is gone, if the gate
+        remembers it (see GoneLog), else None."""
+        return self.jobs.gone.get(jobid, description)
 
-    def holds(self):
-        """Every hold of every job, or None while some job's holds are
-        still being recovered."""
-        return self.jobs.holds()
+    def counters(self):
+        """What ``flux jobtap query`` reports of the gate, by name."""
+        holdlog = self.holdlog
+        return dict(
+            self.stats,
+            behind=self.watchers.ended_behind,
+            busy=self.requests.refused_busy,
+            holds=sum(len(job.holds) for job in self.jobs.values()),
+            jobs=len(self.jobs),
+            watchers=len(self.watchers.streams),
+            pending=holdlog.waiting(),
+            gone=len(self.jobs.gone),
+            log_commits=holdlog.commits,
+            log_segment=holdlog.segment,
+            lost_undelivered=len(self.lost_record),
+        )
 
     def end_when_aborted(self, description):
         """Prolog holds ``description`` end with status 1 when their job
@@ -165,50 +210,54 @@ class Gate:
         that knows nothing of them.  Kept with the gate across reloads."""
         self.prolog.ends_aborted.add(description)
 
-    def tell(self, method, *args):
-        """Call ``method(*args)`` of every listener (see :class:`Listeners`)."""
-        self.listeners.tell(method, *args)
+    def lost_holds(self):
+        """The lost holds no service has taken yet (see
+        :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first."""
+        return self.lost_record.entries()
+
+    def take_lost(self, jobid, description):
+        """A service took the lost hold ``description`` of the job: it
+        is forgotten."""
+        self.lost_record.delivered((jobid, description))
 
     def posted(self, jobid, name):
         """True if event ``name`` is in the job's eventlog, as far as the
         gate knows (it holds the job, or read its eventlog)."""
         job = self.jobs.get(jobid)
         if job is None:
-            return self.port.posted(jobid, name)
+            return self.context.port.posted(jobid, name)
         return self.jobs.posted(job, name)
 
+    # What the plugins hook
+
+    def add_listener(self, listener):
+        """``listener`` is told from now on (see :class:`Listeners`)."""
+        self.listeners.append(listener)
+
+    def remove_listener(self, listener):
+        """``listener`` is told no more (nothing if it was not told)."""
+        if listener in self.listeners:
+            self.listeners.remove(listener)
+
+    def on_listeners_changed(self, changed):
+        """Call ``changed()`` when a listener comes or goes (None: stop)."""
+        self.listeners.changed = changed
+
+    def has_listeners(self):
+        return bool(self.listeners)
+
+    def on_snapshot(self, snapshotted):
+        """Call ``snapshotted()`` after each snapshot of the hold log
+        (None: stop)."""
+        self.holdlog.on_snapshot = snapshotted
+
+    def end_watches(self, end):
+        """End every watch stream: ``end(sink)`` for each."""
+        streams, self.watchers.streams = self.watchers.streams, []
+        for watcher in streams:
+            end(watcher.sink)
+
     # Requests
-
-    def hold(
-        self,
-        jobid,
-        description,
-        timeout=None,
-        point=Point.EPILOG,
-        done=None,
-        default_timeout=True,
-    ):
-        """Register a hold; return ``(hold, created)`` (see
-        :meth:`Requests.hold <flux_epilog_gate.gate.requests.Requests.hold>`)."""
-        return self.requests.hold(
-            jobid, description, timeout, point, done, default_timeout
-        )
-
-    def release(self, jobid, description, status=0, done=None, raised=False):
-        """Release a hold; return ``(released, reason)`` (see
-        :meth:`Requests.release <flux_epilog_gate.gate.requests.Requests.release>`)."""
-        return self.requests.release(jobid, description, status, done, raised)
-
-    def list(self, jobid=None, userid=None):
-        """List entries of all holds, or of one job's (see
-        :meth:`Requests.list <flux_epilog_gate.gate.requests.Requests.list>`)."""
-        return self.requests.list(jobid, userid)
-
-    def list_json(self, jobid=None, userid=None, columns=False):
-        """The answer to ``list`` as JSON text, by column with ``columns``
-        (see :meth:`Requests.list_json
-        <flux_epilog_gate.gate.requests.Requests.list_json>`)."""
-        return self.requests.list_json(jobid, userid, columns)
 
     def snapshot(self, done):
         """Replace the hold log with a snapshot of the current holds now
@@ -217,23 +266,6 @@ class Gate:
         :meth:`HoldLog.compact <flux_epilog_gate.gate.holdlog.HoldLog.compact>`)."""
         log = self.holdlog
         log.compact(lambda error: done(log.size, error))
-
-    def apply_rules(self, jobid, attributes):
-        """Register the holds that configured rules give a new job."""
-        self.requests.apply_rules(jobid, attributes)
-
-    def watch(self, sink, descriptions=None, userid=None, points=None):
-        """Add a watcher; it is first sent every hold already active."""
-        self.watching.watch(sink, descriptions, userid, points)
-
-    def unwatch(self, match):
-        """Drop watchers whose sink satisfies ``match(sink)``; return count."""
-        return self.watching.unwatch(match)
-
-    def acknowledge(self, match, count):
-        """A watcher read ``count`` activations (see
-        :meth:`flux_epilog_gate.gate.watchers.Watchers.acknowledge`)."""
-        self.watching.acknowledge(match, count)
 
     # Job-manager callbacks
 
@@ -263,25 +295,36 @@ class Gate:
         if job:
             self.epilog.on_event(job, name, state)
 
-    def on_inactive(self, jobid):
-        """The job is inactive: whatever it still holds is gone."""
-        self.lifecycle.on_inactive(jobid)
-
     # The shutdown's
+
+    @property
+    def shutdown(self):
+        """What the instance's shutdown does
+        (:class:`flux_epilog_gate.gate.shutdown.Shutdown`), once it is
+        watched (:meth:`watch_shutdown`), else None."""
+        return self._shutdown
+
+    def watch_shutdown(self, port):
+        """The instance's shutdown, followed through ``port`` from now on
+        (the broker's states are the caller's to pass it): a shutdown
+        already under way carries on where it is."""
+        self._shutdown = Shutdown(self, port, self._shutdown)
+        self.shutdown_changed()
+        return self._shutdown
+
+    def shutdown_changed(self):
+        """The shutdown may be under way
+        (:attr:`~flux_epilog_gate.gate.shutdown.Shutdown.underway`): the
+        parts it hooks into see it from then on, in the context."""
+        shutdown = self._shutdown
+        underway = shutdown is not None and shutdown.underway
+        self.context.shutdown = shutdown if underway else None
 
     def reach_point(self, jobid):
         """Take the job as at its epilog point now (at shutdown)."""
         job = self.jobs.get(jobid)
         if job is not None:
             self.epilog.reach(job)
-
-    def end(self, hold, status, reason, note):
-        """Finish an active hold on the gate's own account (at shutdown)."""
-        self.lifecycle.end(hold, status, reason, note)
-
-    def expire(self, hold):
-        """A hold's timeout expired."""
-        self.lifecycle.expire(hold)
 
     # Recovery (the loader's)
 
@@ -291,57 +334,22 @@ class Gate:
         self.holdlog.recovering()
         self.recovery.begin(jobid, userid, keep)
 
-    def end_recovery(self, jobid, events):
-        """Rebuild a job's holds from its eventlog ``events``."""
-        self.recovery.end(jobid, events)
-
-    def abandon_recovery(self, jobid):
-        """Recovering a job failed: carry on with what is known of it."""
-        self.recovery.abandon(jobid)
-
-    # Reload
+    # Reload and reconfiguration
 
     def suspend(self):
-        """The plugin is going away (see :meth:`Reload.suspend
-        <flux_epilog_gate.gate.reload.Reload.suspend>`)."""
+        """The plugin is going away (Reload.suspend); the record of lost
+        holds goes as it is."""
         self.reload.suspend()
-
-    def retrack(self, jobid, state):
-        """job.new for a job the gate already knows, after a reload;
-        True if its eventlog must be read (again)."""
-        return self.reload.retrack(jobid, state)
-
-    def resume(self, seen):
-        """After a reload: jobs not ``seen`` went inactive meanwhile."""
-        self.reload.resume(seen)
+        self.lost_record.suspend()
 
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
-        self.port = port
-        for part in (
-            self.jobs,
-            self.timeouts,
-            self.watching,
-            self.annotations,
-            self.losses,
-            self.listeners,
-            self.lifecycle,
-            self.epilog,
-            self.prolog,
-            self.depend,
-            self.requests,
-            self.recovery,
-            self.reload,
-        ):
-            part.port = port
+        self.context.port = port
         self.holdlog.resume(port)
+        self.lost_record.resume()
 
     def reconfigure(self, config):
         """Apply a new configuration to holds registered from now on."""
-        self.config = config
-        self.requests.config = config
-        self.watching.config = config
-        self.annotations.config = config
-        self.jobs.gone.limit = config.gone_limit
-        self.jobs.gone.trim()
+        self.context.config = config
+        self.jobs.gone.resize(config.gone_limit)
         self.holdlog.chunk = config.snapshot_chunk

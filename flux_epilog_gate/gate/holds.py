@@ -59,6 +59,13 @@ class Reason(StrEnum):
     #: A pending epilog hold whose job went inactive without it (see
     #: flux_epilog_gate.gate.lost).
     LOST = "lost: the job went inactive before epilog-gate could hold it"
+    #: A hold of a job that flux-core dropped at a restart (not replayed).
+    LOST_DROPPED = (
+        "lost: flux-core dropped the job as the instance restarted (not "
+        "replayed): it will never reach the hold's point"
+    )
+    #: A hold the hold log gives a job past the most it can have.
+    LOST_LIMIT = "lost: the job had more holds than a job can have"
     #: A pending prolog hold whose job ended before it started ...
     NEVER_STARTED = "job ended before it started"
     #: ... or started while the gate was not loaded.
@@ -194,7 +201,7 @@ class Hold:
         self.timeout = timeout
         self.timer = None
         # t_hold as json writes it, once the hold's log line is made (see
-        # holdlog.hold_entry): snapshots and list answers write it again.
+        # logentries.hold_entry): snapshots and list answers write it again.
         self.t_text = t_text
         self.point = point
         # An active prolog hold whose job will never start (it entered
@@ -219,13 +226,6 @@ class Hold:
         if self.timeout is not None:
             entry["timeout"] = self.timeout
         return entry
-
-    def to_json(self):
-        """Return :meth:`to_dict` as compact JSON text, as ``list``
-        answers it (see :mod:`flux_epilog_gate.gate.listing`)."""
-        from .listing import entries
-
-        return entries((self,))[0]
 
     def __repr__(self):
         return f"Hold({self.id}, {self.description!r}, {self.state})"

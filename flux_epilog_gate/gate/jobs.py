@@ -106,7 +106,7 @@ class GoneLog:
         key = (jobid, description)
         entries[key] = reason
         entries.move_to_end(key)
-        # At most one over the limit (trim() keeps to it when the limit
+        # At most one over the limit (resize() keeps to it when the limit
         # changes): this runs for every hold that ends.
         if len(entries) > self.limit:
             entries.popitem(last=False)
@@ -114,8 +114,9 @@ class GoneLog:
     def get(self, jobid, description):
         return self._entries.get((jobid, description))
 
-    def trim(self):
-        """Forget the oldest entries beyond the limit."""
+    def resize(self, limit):
+        """Keep ``limit`` entries from now on: forget the oldest beyond."""
+        self.limit = limit
         while len(self._entries) > self.limit:
             self._entries.popitem(last=False)
 
@@ -143,10 +144,10 @@ class JobTable(dict):
     lifecycle and recovery add and remove jobs.
     """
 
-    def __init__(self, port, gone_limit):
+    def __init__(self, context):
         super().__init__()
-        self.port = port
-        self.gone = GoneLog(gone_limit)
+        self.context = context
+        self.gone = GoneLog(context.config.gone_limit)
         #: Progress events (recovery.PROGRESS_EVENTS) read from the
         #: eventlogs of recovered jobs, by id.
         self.replayed_progress = {}
@@ -155,17 +156,17 @@ class JobTable(dict):
         """A new record for ``jobid``, whose callbacks the gate now gets."""
         job = Job(jobid, userid)
         self[jobid] = job
-        self.port.track(jobid)
+        self.context.port.track(jobid)
         return job
 
     def untrack(self, job):
         """Forget ``job`` (it has no holds left) and its callbacks."""
         if self.get(job.id) is job:
             del self[job.id]
-            self.port.untrack(job.id)
+            self.context.port.untrack(job.id)
             if job.id in self.replayed_progress:
                 # keep on_inactive() coming, so the progress is dropped
-                self.port.track(job.id)
+                self.context.port.track(job.id)
 
     def forget(self, jobid):
         """The job is inactive: drop its record (returned, or None) and
@@ -180,7 +181,7 @@ class JobTable(dict):
         # Empty but after a restart: tested first, the lookup costs more.
         if replayed and name in replayed.get(job.id, ()):
             return True
-        return self.port.posted(job.id, name)
+        return self.context.port.posted(job.id, name)
 
     def holds(self):
         """Every hold of every job, or None while some job's holds are

@@ -41,7 +41,7 @@ class Lifecycle:
 
     def __init__(
         self,
-        port,
+        context,
         jobs,
         holdlog,
         timeouts,
@@ -50,8 +50,9 @@ class Lifecycle:
         stats,
         losses,
         listeners,
+        points,
     ):
-        self.port = port
+        self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.timeouts = timeouts
@@ -61,23 +62,20 @@ class Lifecycle:
         self.losses = losses
         self.listeners = listeners
         #: The hold points by name (:class:`~flux_epilog_gate.gate.points.HoldPoint`).
-        self.points = {}
-        #: The instance's shutdown (:mod:`flux_epilog_gate.gate.shutdown`)
-        #: while there is one: told of each activation.
-        self.shutdown = None
+        self.points = points
 
     # Becoming active
 
     def activated(self, hold):
         """``hold`` is active now: its point posted its start event."""
         hold.state = ACTIVE
-        hold.t_start = self.port.now()
+        hold.t_start = self.context.port.now()
         self.stats["activated"] += 1
         if hold.timeout is not None:
             self.arm(hold)
         self.watchers.notify(hold)
-        if self.shutdown is not None:
-            self.shutdown.activated(hold)
+        if self.context.shutdown is not None:
+            self.context.shutdown.activated(hold)
         if self.listeners:
             failed = self.listeners.tell("activated", hold)
             if failed:
@@ -93,13 +91,13 @@ class Lifecycle:
         if job.holds.get(hold.description) is not hold:
             if again:
                 # Made active as it was placed: ended once it is on its job.
-                self.port.timer(
+                self.context.port.timer(
                     0.0, lambda: self._listener_failed(hold, listener, exc, False)
                 )
             return
         cause = f"{type(listener).__name__} failed: {type(exc).__name__}: {exc}"
         label = self.points[hold.point].label
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR,
             f"{f58(hold.id)}: {label} {hold.description} ended with status "
             f"{LISTENER_FAILED_STATUS}: {cause}",
@@ -146,7 +144,7 @@ class Lifecycle:
         self.stats.finished(reason, status)
         # Before the finish, which may end the job.  (Tested here: the
         # call costs more than the test, and most sites do not annotate.)
-        if self.annotations.config.annotate:
+        if self.context.config.annotate:
             self.annotations.update(job)
         self.points[hold.point].finish(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
@@ -168,7 +166,7 @@ class Lifecycle:
         job = self.jobs.get(hold.id)
         if job is None or job.holds.get(hold.description) is not hold:
             return
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR,
             f"{f58(hold.id)}: hold {hold.description} withdrawn: "
             "its record could not be committed",
@@ -202,7 +200,7 @@ class Lifecycle:
         the hold ends as it did, never with the gate's own exception.
         ``fatal``: the eventlog has a fatal exception, which stands for
         a failed prolog hold's (its job will never start)."""
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_INFO,
             f"{f58(job.id)}: finishing hold {hold.description}, released "
             "before the restart",
@@ -225,11 +223,11 @@ class Lifecycle:
         """Raise the recorded ``exception`` of a release that a crash lost
         with it."""
         try:
-            self.port.raise_job_exception(
+            self.context.port.raise_job_exception(
                 job.id, exception["type"], exception["severity"], exception["note"]
             )
         except OSError as exc:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"{f58(job.id)}: raising {exception['type']} again: {exc}",
             )

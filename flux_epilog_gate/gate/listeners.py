@@ -16,9 +16,9 @@ class Listeners(list):
     themselves.
     """
 
-    def __init__(self, port):
+    def __init__(self, context):
         super().__init__()
-        self.port = port
+        self.context = context
         #: Called with no argument when a listener comes or goes: the
         #: plugin driving the gate has a held job's exceptions sent to it
         #: only while some listener wants them.
@@ -48,7 +48,7 @@ class Listeners(list):
             # Whatever it is (RecursionError on a job's content, say):
             # the job-manager goes on, and so does the hold.
             except Exception as exc:  # noqa: BLE001 - a listener's, not ours
-                self.port.log(
+                self.context.port.log(
                     syslog.LOG_ERR,
                     f"{method}: listener {type(listener).__name__}: "
                     f"{type(exc).__name__}: {exc}",

@@ -6,7 +6,7 @@ A list of 100,000 holds is answered from the job-manager's thread, so an
 entry is one f-string: the fixed texts of a hold's state and point are
 constants, a description's quoted text is made once per answer, and the
 hold's time is the text its hold-log line was written with
-(:func:`hold_entry <flux_epilog_gate.gate.holdlog.hold_entry>` keeps
+(:func:`hold_entry <flux_epilog_gate.gate.logentries.hold_entry>` keeps
 it): writing a float out again is the dearest part of an entry.  Any
 value the constants do not cover is written by json.
 
@@ -76,6 +76,12 @@ def columns_answer(holds):
         )
         + "}}"
     )
+
+
+def entry(hold):
+    """The hold's list entry, as JSON text: :meth:`Hold.to_dict
+    <flux_epilog_gate.gate.holds.Hold.to_dict>` as ``list`` answers it."""
+    return entries((hold,))[0]
 
 
 def entries(holds):

@@ -6,9 +6,13 @@ A :class:`Load` is made for each load of the plugin.  A new job-manager
 reads the hold log at once (:func:`read_log`, which never fails, see
 :mod:`flux_epilog_gate.gate.logparse`) and rebuilds the holds of the jobs it
 names from their entries and eventlogs; other jobs never see the gate.
-A load into the job-manager where an earlier instance ran takes that
-instance's gate over (``carried``) and only re-reads what it was still
-recovering.
+The first load into a KVS where the gate never ran (:data:`FIRST_LOAD_KEY`
+absent, and no hold log) has no record to recover and no job that the
+gate could have posted to: it reads no eventlog, and marks the KVS, so
+that a later load that finds no hold log (deleted by hand) still reads
+the eventlogs of the jobs in CLEANUP or DEPEND.  A load into the
+job-manager where an earlier instance ran takes that instance's gate
+over (``carried``) and only re-reads what it was still recovering.
 
 The job-manager calls ``job.new`` for every active job right after the
 load; :meth:`Load.on_new` starts each job's recovery, :meth:`Load.loaded`
@@ -25,9 +29,14 @@ import errno
 import syslog
 from collections import deque
 
+from . import lostrecord
 from .holdlog import KEY, SEGMENTS, read_segments, segment_key
 from .logparse import parse
 from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
+
+#: The KVS key the first load of the gate writes (its time): from then
+#: on a load that finds no hold log is not a first load.
+FIRST_LOAD_KEY = "epilog-gate.first-load"
 
 #: Skipped lines of the hold log named one log line each, at most; the
 #: others are counted in one more line.
@@ -45,7 +54,9 @@ class LogRead:
     segment), None if its segments hold what the gate did not write or
     could not read (the next commit is a snapshot, which removes them);
     ``ragged``, True if its key's value does not end its last line (the
-    next commit is a snapshot, which replaces it)."""
+    next commit is a snapshot, which replaces it); ``first``, True if the
+    gate never ran with this KVS: no log, no segments and no
+    :data:`FIRST_LOAD_KEY`."""
 
     def __init__(self, jobs, complete, size, base, last):
         self.jobs = jobs
@@ -54,6 +65,7 @@ class LogRead:
         self.base = base
         self.last = last
         self.ragged = False
+        self.first = False
 
 
 def read_log(port):
@@ -83,7 +95,17 @@ def read_log(port):
     # An append to a value that does not end its last line would run
     # into it: such a value (written by another hand) is replaced.
     found.ragged = bool(key_data) and not key_data.endswith(b"\n")
+    found.first = size is None and last == 0 and _never_loaded(port)
     return found
+
+
+def _never_loaded(port):
+    """Whether :data:`FIRST_LOAD_KEY` is absent (False if it cannot be
+    read: then the load reads what a later load would)."""
+    try:
+        return port.kvs_get(FIRST_LOAD_KEY) is None
+    except Exception:  # noqa: BLE001 - the load must go on
+        return False
 
 
 def _listing_lost(exc):
@@ -139,6 +161,20 @@ def _unreadable(port, key, exc):
     )
 
 
+def _read_lost(port):
+    """The value of the record of lost holds (bytes, or None); an error
+    is logged (the holds it kept are then not delivered)."""
+    try:
+        return port.kvs_get(lostrecord.KEY)
+    except Exception as exc:  # noqa: BLE001 - the load must go on
+        port.log(
+            syslog.LOG_ERR,
+            f"reading {lostrecord.KEY}: {exc}: the lost holds it kept are "
+            "not delivered",
+        )
+        return None
+
+
 def _no_segments(port):
     """0 if the log has no segments, else None (they are not read: the
     log's key could not be)."""
@@ -175,12 +211,17 @@ class Load:
         self.log_size = 0
         self.log_base = self.log_last = 0
         self.log_ragged = False
+        #: The gate never ran with this KVS (see :class:`LogRead`).
+        self.first = False
         if carried is None or self.partial or carried.jobs.recovering():
             found = read_log(port)
             self.log, self.complete = found.jobs, found.complete
             self.log_size = found.size or 0
             self.log_base, self.log_last = found.base, found.last
             self.log_ragged = found.ragged
+            self.first = carried is None and found.first
+        # The record of lost holds not yet delivered (a carried gate has it).
+        self.lost = _read_lost(port) if carried is None else None
         # Jobs the job-manager sent job.new for (a carried gate forgets
         # the others: they went inactive while no plugin was loaded).
         self.seen = set()
@@ -205,8 +246,26 @@ class Load:
             self.gate.holdlog.found(
                 self.log_size, self.log_base, self.log_last, self.log_ragged
             )
+            self.gate.lost_record.found(self.lost)
+        if self.first:
+            self._mark_first_load()
         self.gate.reconfigure(config)
         return self.gate
+
+    def _mark_first_load(self):
+        """Write :data:`FIRST_LOAD_KEY`.  Sent before any hold can be
+        made, so the KVS applies it before any record or marked event of
+        the gate (one sender's commits in order): a checkpoint that has
+        one has it too."""
+        text = f"{self.port.now():.6f}\n"
+        try:
+            self.port.kvs_commit(FIRST_LOAD_KEY, text, False, self._first_marked)
+        except Exception as exc:  # noqa: BLE001 - the load must go on
+            self._first_marked(exc)
+
+    def _first_marked(self, error):
+        if error is not None:
+            self.port.log(syslog.LOG_ERR, f"writing {FIRST_LOAD_KEY}: {error}")
 
     # The job-manager's calls of the load
 
@@ -224,8 +283,13 @@ class Load:
         # went away: its marked epilog-start tells.  (One eventlog read
         # per such job.)  Such a hold's open action keeps the job by
         # itself, and a job the log does not name has no pending hold:
-        # the gate posts nothing of its own to it while reading.
-        elif not self.complete or jobid in self.log or state in (DEPEND, CLEANUP):
+        # the gate posts nothing of its own to it while reading.  A
+        # first load knows that no job has either.
+        elif (
+            not self.complete
+            or jobid in self.log
+            or (state in (DEPEND, CLEANUP) and not self.first)
+        ):
             named = not self.complete or jobid in self.log
             self.gate.begin_recovery(jobid, userid, keep=named)
             self._recover(jobid)

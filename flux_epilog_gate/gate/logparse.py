@@ -6,7 +6,7 @@ key, an empty value, bytes that are not UTF-8 or not JSON, JSON of any
 shape and types, NaN and infinities, huge lines.  :func:`parse` keeps
 every line that is a well-formed entry of its kind and skips every other
 one, saying why.  An entry is checked field by field against what the
-gate writes (see :func:`flux_epilog_gate.gate.holdlog.hold_entry`):
+gate writes (see :func:`flux_epilog_gate.gate.logentries.hold_entry`):
 
 ==========================  ==================================================
 ``timestamp``               a number of seconds since the epoch, from 0

@@ -69,8 +69,8 @@ class HoldPoint:
     #: What the point's holds are called in job exceptions.
     label = "hold"
 
-    def __init__(self, port, jobs, lifecycle, holdlog):
-        self.port = port
+    def __init__(self, context, jobs, lifecycle, holdlog):
+        self.context = context
         self.jobs = jobs
         self.lifecycle = lifecycle
         self.holdlog = holdlog
@@ -123,7 +123,7 @@ class HoldPoint:
         if reason == Reason.TIMED_OUT:
             # Say how long it really was active: a hold that expired while
             # the instance was down ends later than its timeout.
-            active = max(hold.timeout, self.port.now() - hold.t_start)
+            active = max(hold.timeout, self.context.port.now() - hold.t_start)
             return f"{what} timed out after {active:.1f}s (timeout {hold.timeout:g}s)"
         return f"{what} {reason} with status {status}"
 

@@ -79,8 +79,8 @@ class PrologPoint(HoldPoint):
     ends_at_shutdown = True
     label = "prolog hold"
 
-    def __init__(self, port, jobs, lifecycle, holdlog, watchers):
-        super().__init__(port, jobs, lifecycle, holdlog)
+    def __init__(self, context, jobs, lifecycle, holdlog, watchers):
+        super().__init__(context, jobs, lifecycle, holdlog)
         self.watchers = watchers
         #: Descriptions of the prolog holds that end with status 1 when
         #: their job will never start, rather than wait for a release (a
@@ -174,9 +174,9 @@ class PrologPoint(HoldPoint):
         # entry to CLEANUP, as for a job whose prolog is still open.
         job.start_held = has_active_prolog(job) or (status != 0 and job.start_held)
         try:
-            self.port.prolog_finish(job.id, hold.description, status)
+            self.context.port.prolog_finish(job.id, hold.description, status)
         except OSError as exc:
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"{f58(job.id)}: prolog-finish {hold.description}: {exc}",
             )
@@ -187,9 +187,9 @@ class PrologPoint(HoldPoint):
         """``job``'s holds are being recovered: should it enter RUN
         meanwhile, keep its start back (see :meth:`on_run`)."""
         try:
-            self.port.want_run(job.id)
+            self.context.port.want_run(job.id)
         except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: tracking: {exc}")
+            self.context.port.log(syslog.LOG_ERR, f"{f58(job.id)}: tracking: {exc}")
 
     def replay(self, job, timestamp, name, context, released):
         """One ``prolog-*`` entry of a recovering job's eventlog."""
@@ -254,9 +254,9 @@ class PrologPoint(HoldPoint):
         job.start_held = has_active_prolog(job)
         for _ in range(count):
             try:
-                self.port.prolog_finish(job.id, RECOVERY_DESCRIPTION, 0)
+                self.context.port.prolog_finish(job.id, RECOVERY_DESCRIPTION, 0)
             except OSError as exc:
-                self.port.log(
+                self.context.port.log(
                     syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-finish: {exc}"
                 )
 
@@ -264,7 +264,7 @@ class PrologPoint(HoldPoint):
 
     def activate(self, job, hold):
         try:
-            self.port.prolog_start(hold.id, hold.description, hold.timeout)
+            self.context.port.prolog_start(hold.id, hold.description, hold.timeout)
         except OSError as exc:
             raise GateError.from_oserror(
                 exc, f"posting prolog-start to job {f58(hold.id)}"
@@ -275,21 +275,23 @@ class PrologPoint(HoldPoint):
     def _not_held(self, job, hold, exc):
         # The start cannot be kept back for this hold: the job must not
         # start without its setup, so fail it (and say why).
-        self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
+        self.context.port.log(syslog.LOG_ERR, f"{f58(job.id)}: {exc.message}")
         self._drop(job, hold, Reason.PROLOG_START_FAILED)
         try:
-            self.port.raise_fatal(
+            self.context.port.raise_fatal(
                 job.id,
                 f"epilog-gate: prolog hold {hold.description} could not hold "
                 f"the start: {exc.message}",
             )
         except OSError as error:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {error}")
+            self.context.port.log(
+                syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {error}"
+            )
 
     def _end_aborted(self, job, hold):
         """End active ``hold``, whose job entered CLEANUP before it
         started, with status 1; the job's fatal exception is its own."""
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_INFO,
             f"{f58(job.id)}: prolog hold {hold.description} ended: "
             "the job will never start",
@@ -298,7 +300,7 @@ class PrologPoint(HoldPoint):
 
     def _want_run(self, job):
         try:
-            self.port.want_run(job.id)
+            self.context.port.want_run(job.id)
         except OSError as exc:
             raise GateError.from_oserror(exc, f"tracking job {f58(job.id)}") from None
 
@@ -310,9 +312,11 @@ class PrologPoint(HoldPoint):
         if note is None:
             note = self.failure_note(hold, status, reason)
         try:
-            self.port.raise_fatal(job.id, note)
+            self.context.port.raise_fatal(job.id, note)
         except OSError as exc:
-            self.port.log(syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {exc}")
+            self.context.port.log(
+                syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {exc}"
+            )
 
     def _hold_for_recovery(self, job):
         # Still reading the eventlog: keep the start request back until we
@@ -320,11 +324,11 @@ class PrologPoint(HoldPoint):
         if not job.recovery.prolog_at:
             # Read before the post: the eventlog read may return our own
             # prolog-start, and replay must see it as ours (not older).
-            now = self.port.now()
+            now = self.context.port.now()
             try:
-                self.port.prolog_start(job.id, RECOVERY_DESCRIPTION, None)
+                self.context.port.prolog_start(job.id, RECOVERY_DESCRIPTION, None)
             except OSError as exc:
-                self.port.log(
+                self.context.port.log(
                     syslog.LOG_ERR, f"{f58(job.id)}: recovery prolog-start: {exc}"
                 )
                 return

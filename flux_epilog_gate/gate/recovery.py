@@ -45,8 +45,10 @@ class Recovery:
     ``abandon_recovery``.
     """
 
-    def __init__(self, port, jobs, lifecycle, watchers, losses, epilog, prolog, depend):
-        self.port = port
+    def __init__(
+        self, context, jobs, lifecycle, watchers, losses, epilog, prolog, depend
+    ):
+        self.context = context
         self.jobs = jobs
         self.lifecycle = lifecycle
         self.watchers = watchers
@@ -80,7 +82,7 @@ class Recovery:
         if job is None or not job.recovering:
             return
         try:
-            state, _ = self.port.job_info(jobid)
+            state, _ = self.context.port.job_info(jobid)
         except OSError:
             state = INACTIVE
         seen, unfinished = self._rebuild(job, events)
@@ -126,14 +128,14 @@ class Recovery:
             return
         job.recovery.active = False
         try:
-            state, _ = self.port.job_info(jobid)
+            state, _ = self.context.port.job_info(jobid)
         except OSError:
             self.lifecycle.on_inactive(jobid)
             return
         try:
             self._carry_on(job, state, [])
         except Exception as exc:  # noqa: BLE001 - the job must go on
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"{f58(jobid)}: carrying on after recovery: "
                 f"{type(exc).__name__}: {exc}",

@@ -17,9 +17,9 @@ class Reload:
     """
 
     def __init__(
-        self, port, jobs, holdlog, timeouts, lifecycle, epilog, prolog, depend
+        self, context, jobs, holdlog, timeouts, lifecycle, epilog, prolog, depend
     ):
-        self.port = port
+        self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.timeouts = timeouts
@@ -45,10 +45,10 @@ class Reload:
         job = self.jobs.get(jobid)
         if job is None:
             if jobid in self.jobs.replayed_progress:
-                self.port.track(jobid)
+                self.context.port.track(jobid)
             return False
         # Its events too if the epilog point waits on them (recovered()).
-        self.port.track(jobid)
+        self.context.port.track(jobid)
         if job.recovering:
             # This plugin instance's points keep the job too (the prolog
             # point must be told of its entry to RUN) until the eventlog

@@ -27,11 +27,8 @@ class Requests:
     ``release``, ``list`` and ``apply_rules``.
     """
 
-    def __init__(
-        self, port, config, jobs, holdlog, lifecycle, points, annotations, stats
-    ):
-        self.port = port
-        self.config = config
+    def __init__(self, context, jobs, holdlog, lifecycle, points, annotations, stats):
+        self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.lifecycle = lifecycle
@@ -39,8 +36,6 @@ class Requests:
         self.annotations = annotations
         self.stats = stats
         self.refused_busy = 0
-        #: The instance's shutdown while there is one.
-        self.shutdown = None
 
     def hold(
         self,
@@ -66,7 +61,10 @@ class Requests:
         (GateError) comes before anything takes ``done``, which is then
         never called: the plugin gives back the request it holds.
         """
-        if done is not None and self.holdlog.waiting() >= self.config.max_pending:
+        if (
+            done is not None
+            and self.holdlog.waiting() >= self.context.config.max_pending
+        ):
             self._refuse_busy("hold")
         job = self.jobs.get(jobid)
         if job and description in job.holds:
@@ -79,8 +77,8 @@ class Requests:
             return existing, False
         state, userid = self._check_hold(job, jobid, description, point)
         if timeout is None and default_timeout:
-            timeout = self.config.timeout
-        t_hold, t_text = self.port.stamp()
+            timeout = self.context.config.timeout
+        t_hold, t_text = self.context.port.stamp()
         hold = Hold(jobid, description, userid, t_hold, timeout, point, t_text)
         tracked = job is not None
         job = job or self.jobs.track(jobid, userid)
@@ -104,7 +102,7 @@ class Requests:
         durable) while ``max-pending`` requests wait for the hold log:
         each holds its message in the broker until then.  (The test is
         the caller's, written out: it is made for every request.)"""
-        bound = self.config.max_pending
+        bound = self.context.config.max_pending
         self.refused_busy += 1
         raise GateError(
             errno.EAGAIN,
@@ -115,17 +113,17 @@ class Requests:
     def _check_hold(self, job, jobid, description, point):
         """Raise GateError if a new hold cannot be registered; else return
         the job's ``(state, userid)``."""
-        if self.shutdown is not None:
-            self.shutdown.check_hold(jobid, description)
+        if self.context.shutdown is not None:
+            self.context.shutdown.check_hold(jobid, description)
         state, userid = self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
         self.points[point].check(job, jobid, state)
-        if job and len(job.holds) >= self.config.max_holds:
+        if job and len(job.holds) >= self.context.config.max_holds:
             raise GateError(
                 errno.ENOSPC,
                 f"job {f58(jobid)} already has {len(job.holds)} holds "
-                f"(max-holds={self.config.max_holds})",
+                f"(max-holds={self.context.config.max_holds})",
             )
         return state, userid
 
@@ -137,12 +135,12 @@ class Requests:
 
     def apply_rules(self, jobid, attributes):
         """Register the holds that configured rules give a new job."""
-        for rule in self.config.rules:
+        for rule in self.context.config.rules:
             if rule.matches(attributes):
                 try:
                     self.hold(jobid, rule.description, rule.timeout, rule.point)
                 except GateError as exc:
-                    self.port.log(
+                    self.context.port.log(
                         syslog.LOG_ERR,
                         f"{f58(jobid)}: rule {rule.attribute}: {exc.message}",
                     )
@@ -157,7 +155,10 @@ class Requests:
         (an in-process caller with exceptions of its own).  As with
         :meth:`hold`, a refusal never calls ``done``.
         """
-        if done is not None and self.holdlog.waiting() >= self.config.max_pending:
+        if (
+            done is not None
+            and self.holdlog.waiting() >= self.context.config.max_pending
+        ):
             self._refuse_busy("release")
         job = self.jobs.get(jobid)
         hold = job.holds.get(description) if job else None
@@ -212,7 +213,7 @@ class Requests:
 
     def _job_info(self, jobid):
         try:
-            return self.port.job_info(jobid)
+            return self.context.port.job_info(jobid)
         except OSError as exc:
             if exc.errno == errno.ENOENT:
                 raise GateError(errno.ENOENT, f"unknown job {f58(jobid)}") from None

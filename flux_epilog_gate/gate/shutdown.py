@@ -80,7 +80,7 @@ BROKER_SHUTDOWN = 7
 class Shutdown:
     """What the gate does while its instance shuts down."""
 
-    def __init__(self, gate, port):
+    def __init__(self, gate, port, previous=None):
         self.gate = gate
         self.port = port
         self.broker_state = None
@@ -93,13 +93,11 @@ class Shutdown:
         self.from_config = False
         self._timer = None
         self._sweeper = None
-        previous = gate.shutdown
         if previous is not None:
             # Loaded again during a shutdown: the bound does not move.
             self.began, self.expired = previous.began, previous.expired
             self.action, self.named = previous.action, previous.named
             self.from_config = previous.from_config
-        gate.shutdown = self
 
     @property
     def underway(self):

@@ -16,18 +16,18 @@ class Timeouts:
     (timers stop with the plugin instance and start again in the next).
     """
 
-    def __init__(self, port):
-        self.port = port
+    def __init__(self, context):
+        self.context = context
 
     def arm(self, hold, expire):
         """Call ``expire(hold)`` once ``hold`` has been active for its
         timeout (nothing if it has none, or is armed already)."""
         if hold.timeout is None or hold.timer is not None:
             return
-        delay = max(0.0, hold.t_start + hold.timeout - self.port.now())
+        delay = max(0.0, hold.t_start + hold.timeout - self.context.port.now())
         # partial(), not a lambda: its cells would be made at every
         # activation, also of holds without a timeout.
-        hold.timer = self.port.timer(delay, partial(expire, hold))
+        hold.timer = self.context.port.timer(delay, partial(expire, hold))
 
     @staticmethod
     def stop(hold):

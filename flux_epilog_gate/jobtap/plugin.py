@@ -64,12 +64,12 @@ def job_topic(
     """Declare a handler ``method(self, job)`` of job topic ``topic``
     (``job.new``, ``job.state.STATE`` or ``job.event.NAME``).
 
-    By default only jobs the plugin marked (:meth:`Jobtap.mark`) reach
+    By default only jobs the plugin marked (:meth:`.Marks.mark`) reach
     it: other jobs never enter Python.  ``every_job``: every job's, while
-    switched on with :meth:`Jobtap.forward` (``job.new``: only this way).
-    ``wanted``: a marked job's, once it asked with :meth:`Jobtap.want`.
+    switched on with :meth:`.Marks.forward` (``job.new``: only this way).
+    ``wanted``: a marked job's, once it asked with :meth:`.Marks.want`.
     ``switched``: a marked job's, only while switched on with
-    :meth:`Jobtap.forward` (off at first: a handler that has nothing to
+    :meth:`.Marks.forward` (off at first: a handler that has nothing to
     do most of the time costs no trip into Python then).
     A ``job.event.*`` call comes only for marked jobs subscribed with
     ``mark(id, events=True)``.  ``requires``: a jobspec key path
@@ -200,18 +200,18 @@ class Request:
     @property
     def payload(self):
         """The decoded payload; ValueError if it is not JSON."""
-        return self._jobtap.request_payload(self._text)
+        return self._jobtap.messages.request_payload(self._text)
 
     def respond(self, payload):
         """Answer ``payload`` (a dict)."""
-        self._jobtap.send(self.msg, payload)
+        self._jobtap.messages.send(self.msg, payload)
 
     def error(self, errnum, message):
-        self._jobtap.respond_error(self.msg, errnum, message)
+        self._jobtap.messages.respond_error(self.msg, errnum, message)
 
     def keep(self):
         """A reference on the message that outlives the handler."""
-        return self._jobtap.keep_request(self.msg)
+        return self._jobtap.messages.keep_request(self.msg)
 
     def detach(self):
         """This request as an object that outlives the handler (to answer
@@ -251,14 +251,14 @@ class Plugin:
     """Base class of a jobtap plugin written in Python.
 
     ``self.jobtap`` (:class:`~flux_epilog_gate.jobtap.facade.Jobtap`, or
-    the class named by :attr:`port`) is the plugin's way to the
+    the class named by :attr:`facade`) is the plugin's way to the
     job-manager; ``self.name`` its name.  Override :meth:`unload` to
     clean up when the instance goes away.
     """
 
     #: The class of ``self.jobtap``: a subclass of Jobtap may add calls
     #: into the plugin's own C extension.
-    port = Jobtap
+    facade = Jobtap
 
     def __init__(self, jobtap):
         self.jobtap = jobtap
@@ -271,7 +271,7 @@ class Plugin:
             return
         for index, (method, guests, c_handler, _) in enumerate(self._methods):
             handler = getattr(self.jobtap.lib, c_handler) if c_handler else None
-            self.jobtap.register(method, index, guests=guests, handler=handler)
+            self.jobtap.messages.register(method, index, guests=guests, handler=handler)
         self.registered = True
 
     def unload(self):
@@ -344,7 +344,7 @@ class _Runtime:
     def init(self, p):
         jobtap = None
         try:
-            jobtap = self.cls.port(p, self.ffi, self.lib, self.topics)
+            jobtap = self.cls.facade(p, self.ffi, self.lib, self.topics)
             jobtap.plugin_name = self.name
             for topic, mode, requires in self.topic_modes:
                 index = self.lib.runtime_add_topic(p, topic.encode(), mode)
@@ -425,7 +425,7 @@ class _Runtime:
         try:
             getattr(plugin, name)(request)
         except RequestError as exc:
-            plugin.jobtap.respond_error(msg, exc.errnum, exc.message)
+            plugin.jobtap.messages.respond_error(msg, exc.errnum, exc.message)
         except Exception:
             internal_error(plugin, msg)
 
@@ -435,7 +435,7 @@ def internal_error(plugin, msg):
     EIO."""
     _log_error(plugin, "request")
     try:
-        plugin.jobtap.respond_error(
+        plugin.jobtap.messages.respond_error(
             msg, errno.EIO, f"{plugin.name}: internal error (see flux dmesg)"
         )
     except Exception:
@@ -510,7 +510,7 @@ def bootstrap(ffi, lib, target):
 
     @ffi.def_extern(onerror=_onerror)
     def runtime_py_commit(handle, cookie, errnum, errstr):
-        ffi.from_handle(handle).jobtap.committed(cookie, errnum, errstr)
+        ffi.from_handle(handle).jobtap.kvs.committed(cookie, errnum, errstr)
 
     binder = getattr(cls, "bind_externs", None)
     if binder is not None:

@@ -3,11 +3,11 @@
 The gate's C (stamp.c and fastpath.c, beside this file) is the runtime's
 extension: its cdef below is the one statement of the signatures C and
 Python share, and the constants C needs are taken from the Python
-modules that own them (gate/holdlog.py's MARKER, gate/holds.py's
+modules that own them (gate/logentries.py's MARKER, gate/holds.py's
 description grammar and stamp range), so nothing is copied by hand.
 setup.py calls :func:`compile_gate` while building the package; it runs
 before the package's dependencies are installed, so this module imports
-nothing of flux and loads holds.py and holdlog.py on their own.
+nothing of flux and loads holds.py and logentries.py on their own.
 """
 
 import importlib
@@ -76,12 +76,12 @@ def _gate_module(name):
 def shared_constants():
     """The constants fastpath.c shares with Python, from their owners."""
     holds = _gate_module("holds")
-    holdlog = _gate_module("holdlog")
+    logentries = _gate_module("logentries")
     allowed = "".join(
         chr(c) for c in range(1, 128) if holds.description_error(chr(c)) is None
     )
     return {
-        "GATE_MARKER": holdlog.MARKER,
+        "GATE_MARKER": logentries.MARKER,
         "GATE_ANNOTATION": ANNOTATION,
         "GATE_DESCRIPTION_MAX": holds.DESCRIPTION_MAX,
         "GATE_DESCRIPTION_CHARS": allowed,

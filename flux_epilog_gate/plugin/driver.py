@@ -25,7 +25,7 @@ import errno
 import syslog
 
 from ..gate.loader import Load
-from ..gate.shutdown import BROKER_SHUTDOWN, Shutdown
+from ..gate.shutdown import BROKER_SHUTDOWN
 from ..jobid import f58
 from ..jobtap.plugin import Plugin, RequestError, internal_error, job_topic
 from .gcpolicy import FREEZER
@@ -77,8 +77,6 @@ class GateDriver(Plugin):
     touches nothing another instance uses: no gate, no services, no jobs.
     """
 
-    port = GatePort
-
     #: Which plugin drives the gate when several share it: the highest
     #: (each plugin of the gate says its own; a driver that does not only
     #: drives alone).
@@ -86,6 +84,8 @@ class GateDriver(Plugin):
 
     def __init__(self, jobtap):
         super().__init__(jobtap)
+        #: The job-manager as the gate sees it, through this instance.
+        self.port = GatePort(jobtap)
         self.gate = None
         self.shutdown = None
         #: The host of the job-manager's gate, once committed.
@@ -146,9 +146,9 @@ class GateDriver(Plugin):
             if host.driver is not None:
                 partial = not host.driver.load.ready
             else:
-                partial = host.partial
+                partial = host.recovery_unfinished
             load = Load(
-                self.jobtap, host.gate, delay=self._recovery_delay(), partial=partial
+                self.port, host.gate, delay=self._recovery_delay(), partial=partial
             )
         self.register()
         # job.new is called for every active job right after the load (or,
@@ -164,7 +164,7 @@ class GateDriver(Plugin):
             self.gate = host.gate
             return
         self.load = load
-        host.partial = False
+        host.recovery_unfinished = False
         self.gate = host.gate = load.begin(config)
         self._freeze_long_lived()
         self._follow_listeners()
@@ -176,30 +176,30 @@ class GateDriver(Plugin):
         is ready, those of the current holds after each snapshot, and
         the survivors of every full collection."""
         FREEZER.install()
-        self.gate.holdlog.on_snapshot = FREEZER.freeze
+        self.gate.on_snapshot(FREEZER.freeze)
         self.load.when_ready(FREEZER.freeze, lambda: None)
 
     def _follow_listeners(self):
         """Have a held job's exceptions sent to this driver while the
         gate has listeners (they are all that want them), from now on."""
-        self.gate.listeners.changed = self._listeners_changed
+        self.gate.on_listeners_changed(self._listeners_changed)
         self._listeners_changed()
 
     def _listeners_changed(self):
         # A listener that leaves as its plugin unloads may leave this
         # driver's port being destroyed: nothing is sent to it any more.
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
-            wanted = bool(self.gate.listeners)
-            self.jobtap.forward("job.event.exception", wanted)
+            wanted = self.gate.has_listeners()
+            self.jobtap.marks.forward("job.event.exception", wanted)
             self._send_all_events(wanted)
 
     def _send_all_events(self, wanted):
         """A job's exception reaches a plugin only if the job's events
         are sent to it: while the gate has listeners, every tracked job's
         are (else only those the epilog point waits on)."""
-        port = self.jobtap
+        port = self.port
         if wanted and not port.all_events:
-            for jobid in list(self.gate.jobs):
+            for jobid in self.gate.job_ids():
                 try:
                     port.track(jobid, events=True)
                 except OSError as exc:
@@ -208,29 +208,29 @@ class GateDriver(Plugin):
         port.all_events = wanted
 
     def _watch_shutdown(self):
-        self.shutdown = Shutdown(self.gate, self.jobtap)
+        self.shutdown = self.gate.watch_shutdown(self.port)
         # Last: the broker's state streams to the driver only.
-        self.jobtap.watch_broker(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
+        self.jobtap.broker.watch(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
 
     def hand_over(self):
         """A plugin of a higher rank takes the gate over (it loads it
         through its own port, see :meth:`commit`): stop driving it."""
-        self.host.partial = not self.load.ready
+        self.host.recovery_unfinished = not self.load.ready
         self.load.close()
         self.load = None
         self._suspend()
-        for jobid in list(self.gate.jobs) + list(self.gate.replayed_progress):
-            self.jobtap.untrack(jobid)
+        for jobid in self.gate.tracked():
+            self.port.untrack(jobid)
         self.forward(new=False, depend=False)
-        self.jobtap.forward("job.event.exception", False)
+        self.jobtap.marks.forward("job.event.exception", False)
 
     def take_over(self):
         """The driver went away and this instance stays: drive the gate
         through this port, retracking each of its jobs by id (no job.new
         comes: this instance is loaded already)."""
         gate = self.gate
-        load = self.load = Load(self.jobtap, gate, partial=self.host.partial)
-        self.host.partial = False
+        load = self.load = Load(self.port, gate, partial=self.host.recovery_unfinished)
+        self.host.recovery_unfinished = False
         load.begin(gate.config)
         self._freeze_long_lived()
         self._follow_listeners()
@@ -238,12 +238,12 @@ class GateDriver(Plugin):
             self._watch_shutdown()
         except OSError as exc:
             self.jobtap.log(syslog.LOG_ERR, f"taking the gate over: {exc}")
-        jobids = list(gate.jobs) + list(gate.replayed_progress)
+        jobids = gate.tracked()
         # A partial load's: the jobs the log names, which it had not seen.
         named = [jobid for jobid in (load.log or {}) if jobid not in jobids]
         for jobid in jobids + named:
             try:
-                state, userid = self.jobtap.job_info(jobid)
+                state, userid = self.jobtap.jobs.info(jobid)
             except OSError:
                 # Not looked up (the job-manager may be going away): its
                 # job.state.inactive would have come to the driver.
@@ -264,8 +264,8 @@ class GateDriver(Plugin):
     def forward(self, new=False, depend=False):
         """Send every job's job.new / job.state.depend, not only those of
         tracked jobs (or stop)."""
-        self.jobtap.forward("job.new", new)
-        self.jobtap.forward("job.state.depend", depend)
+        self.jobtap.marks.forward("job.new", new)
+        self.jobtap.marks.forward("job.state.depend", depend)
 
     def discard(self):
         """A load that failed or was refused: drop this instance."""
@@ -305,7 +305,7 @@ class GateDriver(Plugin):
         if host is None or host.driver is not self:
             return
         gate = self.gate
-        if gate.config.fault is not None:
+        if gate.context.config.fault is not None:
             self.fault("job")
         gate.on_cleanup(jobid)
 
@@ -321,7 +321,7 @@ class GateDriver(Plugin):
     @job_topic("job.event.exception", switched=True)
     def on_exception(self, job):
         """Told to the gate's listeners (its own holds need nothing)."""
-        if self.driving and self.gate.listeners:
+        if self.driving and self.gate.has_listeners():
             # The event alone: the rest of the job is its user's content.
             try:
                 context = job.get("entry.context")
@@ -384,7 +384,7 @@ class GateDriver(Plugin):
         if not driving:
             self.jobtap.close()
             return
-        host.partial = not self.load.ready
+        host.recovery_unfinished = not self.load.ready
         self.load.close()
         self._suspend()
         self.jobtap.close()
@@ -392,12 +392,13 @@ class GateDriver(Plugin):
             successor.take_over()
 
     def _suspend(self):
-        for watcher in self.gate.watchers:
-            self.jobtap.respond_error(watcher.sink, errno.ECONNRESET, UNLOADED)
-        self.gate.watchers = []
+        respond_error = self.jobtap.messages.respond_error
+        self.gate.end_watches(
+            lambda sink: respond_error(sink, errno.ECONNRESET, UNLOADED)
+        )
         self.shutdown.stop()
         self.shutdown = None
-        self.gate.holdlog.on_snapshot = None
+        self.gate.on_snapshot(None)
         self.gate.suspend()
 
     def _run_waiting(self, handler, request):

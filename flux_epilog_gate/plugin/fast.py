@@ -66,16 +66,24 @@ class FastPath:
         #: The plugin instance whose gate and load these requests go to.
         self.plugin = plugin
         self.jobtap = plugin.jobtap
+        #: The gate's port: the requests' bare references and answers.
+        self.port = plugin.port
 
     # The general path's: a request the runtime decoded.
 
     def hold_message(self, message, jobid, description, timeout, point=EPILOG):
         """:meth:`hold` for a request the general path decoded."""
-        self.hold(self.jobtap.own_request(message), jobid, description, timeout, point)
+        self.hold(
+            self.port.own_request(message),
+            jobid,
+            description,
+            timeout,
+            point,
+        )
 
     def release_message(self, message, jobid, description, status):
         """:meth:`release` for a request the general path decoded."""
-        self.release(self.jobtap.own_request(message), jobid, description, status)
+        self.release(self.port.own_request(message), jobid, description, status)
 
     # The one body of each request.
 
@@ -86,7 +94,7 @@ class FastPath:
         plugin = self.plugin
         try:
             ready, gate = plugin.load.ready, plugin.gate
-            if ready and gate.config.fault is not None:
+            if ready and gate.context.config.fault is not None:
                 plugin.fault("request")
         except Exception:  # noqa: BLE001 - inside the job-manager
             self.failed(kept)
@@ -95,12 +103,12 @@ class FastPath:
             self._wait(kept, self.hold, (jobid, description, timeout, point))
             return
         try:
-            gate.requests.hold(
+            gate.hold(
                 jobid, description, timeout, point, partial(self._answer_hold, kept)
             )
         except GateError as exc:
-            # Refused before anything took the answer (see Requests.hold).
-            self.jobtap.answer_error(kept, exc.errnum, exc.message)
+            # Refused before anything took the answer (see Gate.hold).
+            self.port.answer_error(kept, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
             # The answer may have been taken: the reference is its own.
             internal_error(plugin, kept)
@@ -110,7 +118,7 @@ class FastPath:
         plugin = self.plugin
         try:
             ready, gate = plugin.load.ready, plugin.gate
-            if ready and gate.config.fault is not None:
+            if ready and gate.context.config.fault is not None:
                 plugin.fault("request")
         except Exception:  # noqa: BLE001 - inside the job-manager
             self.failed(kept)
@@ -119,11 +127,11 @@ class FastPath:
             self._wait(kept, self.release, (jobid, description, status))
             return
         try:
-            gate.requests.release(
+            gate.release(
                 jobid, description, status, partial(self._answer_release, kept)
             )
         except GateError as exc:
-            self.jobtap.answer_error(kept, exc.errnum, exc.message)
+            self.port.answer_error(kept, exc.errnum, exc.message)
         except Exception:  # noqa: BLE001 - inside the job-manager
             internal_error(plugin, kept)
 
@@ -133,56 +141,56 @@ class FastPath:
         try:
             internal_error(self.plugin, kept)
         finally:
-            self.jobtap.drop_request(kept)
+            self.port.drop_request(kept)
 
     def _wait(self, owned, handle, values):
         """A request that arrived while the gate's view is incomplete:
         ``handle(kept, *values)`` takes it on once it is complete (with a
         bare reference of its own: ``owned`` goes back now, the message
         kept meanwhile by one Python's collector gives back)."""
-        jobtap = self.jobtap
-        msg = jobtap.keep_request(owned)
-        jobtap.drop_request(owned)
+        port, messages = self.port, self.jobtap.messages
+        msg = messages.keep_request(owned)
+        port.drop_request(owned)
         self.plugin.load.when_ready(
-            lambda: handle(jobtap.own_request(msg), *values),
-            lambda: jobtap.respond_error(msg, errno.EAGAIN, UNLOADED_WAITING),
+            lambda: handle(port.own_request(msg), *values),
+            lambda: messages.respond_error(msg, errno.EAGAIN, UNLOADED_WAITING),
         )
 
     # The answers, given the request's reference.
 
     def _answer_hold(self, kept, hold, error):
-        jobtap = self.jobtap
+        jobtap, port = self.jobtap, self.port
         if error is not None:
             self._answer_error(kept, "hold", error)
         elif jobtap.p is None:
-            jobtap.drop_request(kept)
+            port.drop_request(kept)
         else:
             try:
-                jobtap.answer_hold(kept, hold)
+                port.answer_hold(kept, hold)
             except Exception:  # noqa: BLE001 - inside the job-manager
                 jobtap.log_exception("answering hold")
 
     def _answer_release(self, kept, result, error):
-        jobtap = self.jobtap
+        jobtap, port = self.jobtap, self.port
         if error is not None:
             self._answer_error(kept, "release", error)
         elif jobtap.p is None:
-            jobtap.drop_request(kept)
+            port.drop_request(kept)
         else:
             try:
-                jobtap.answer_release(kept, *result)
+                port.answer_release(kept, *result)
             except Exception:  # noqa: BLE001 - inside the job-manager
                 jobtap.log_exception("answering release")
 
     def _answer_error(self, kept, method, error):
         """Answer a kept request with the error that kept its record from
         being durable."""
-        jobtap = self.jobtap
+        jobtap, port = self.jobtap, self.port
         if jobtap.p is None:
-            jobtap.drop_request(kept)
+            port.drop_request(kept)
             return
         try:
-            jobtap.answer_error(
+            port.answer_error(
                 kept, error.errno or errno.EIO, f"{method}: {error.strerror}"
             )
         except Exception:  # noqa: BLE001 - inside the job-manager

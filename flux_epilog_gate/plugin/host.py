@@ -38,12 +38,12 @@ class Host:
         self.driver = None
         #: Committed plugin instances, in load order (the driver too).
         self.members = []
-        #: The last driver's load was not complete when it let the gate go
-        #: (see :class:`~flux_epilog_gate.gate.loader.Load`).
-        self.partial = False
+        #: The last driver's load had not recovered every job when it let
+        #: the gate go (see :class:`~flux_epilog_gate.gate.loader.Load`).
+        self.recovery_unfinished = False
         #: When each plugin (by name) last went away from this
         #: job-manager: what became active since, it has not seen.
-        self.left = {}
+        self.departures = {}
 
     def join(self, member):
         """``member`` committed its load: True if it is to drive the gate
@@ -73,7 +73,7 @@ class Host:
 
 def host_of(jobtap):
     """The host of the job-manager ``jobtap`` is loaded into."""
-    jmid = jobtap.jobmanager_id()
+    jmid = jobtap.marks.jobmanager_id()
     host = _hosts.get(jmid)
     if host is None:
         for old in list(_hosts):

@@ -112,9 +112,9 @@ class EpilogGatePlugin(GateDriver):
         :meth:`_despite`); when the broker does not say, True: a load
         with the defaults and an error is better than an instance that
         does not start."""
-        if self.jobtap.job_manager_starting() is not False:
+        if self.jobtap.broker.job_manager_starting() is not False:
             return True
-        return self.jobtap.broker_state() in ("init", None)
+        return self.jobtap.broker.state() in ("init", None)
 
     def _fallback(self, table):
         """The configuration a load despite an error takes, and what it
@@ -159,15 +159,7 @@ class EpilogGatePlugin(GateDriver):
             "config": gate.config.to_dict(),
             "config_error": self.config_error,
             "counters": dict(
-                gate.stats,
-                **gate.refused,
-                holds=sum(len(job.holds) for job in gate.jobs.values()),
-                jobs=len(gate.jobs),
-                watchers=len(gate.watchers),
-                pending=gate.holdlog.waiting(),
-                gone=len(gate.gone),
-                log_commits=gate.holdlog.commits,
-                log_segment=gate.holdlog.segment,
+                gate.counters(),
                 gc_freezes=FREEZER.freezes,
                 gc_collections_frozen=FREEZER.collections,
                 gc_frozen=FREEZER.frozen(),
@@ -180,7 +172,9 @@ class EpilogGatePlugin(GateDriver):
     @request("disconnect", guests=True)
     @after_recovery
     def disconnect(self, request):
-        self.gate.unwatch(lambda sink: self.jobtap.disconnect_match(request.msg, sink))
+        self.gate.unwatch(
+            lambda sink: self.jobtap.messages.disconnect_match(request.msg, sink)
+        )
 
     @request("hold", guests=True, c_handler="gate_hold_cb")
     @after_recovery
@@ -213,7 +207,7 @@ class EpilogGatePlugin(GateDriver):
             userid=None if request.owner else request.userid,
             columns=protocol.parse_list_columns(payload),
         )
-        self.jobtap.send_text(request.msg, text)
+        self.jobtap.messages.send_text(request.msg, text)
 
     @request("snapshot", guests=True)
     @after_recovery
@@ -232,9 +226,9 @@ class EpilogGatePlugin(GateDriver):
                 return
             if error is not None:
                 text = f"snapshot: {error.strerror or error}"
-                jobtap.respond_error(kept, error.errno or errno.EIO, text)
+                jobtap.messages.respond_error(kept, error.errno or errno.EIO, text)
             else:
-                jobtap.send(kept, {"bytes": size})
+                jobtap.messages.send(kept, {"bytes": size})
 
         self.gate.snapshot(done)
 
@@ -242,17 +236,25 @@ class EpilogGatePlugin(GateDriver):
     @after_recovery
     @_answers_refusals
     def watch_request(self, request):
-        if not self.jobtap.is_streaming(request.msg):
+        if not self.jobtap.messages.is_streaming(request.msg):
             raise GateError(errno.EPROTO, "watch: request must be streaming")
         payload = request.payload
         payload = payload if payload is not None else {}
         descriptions = protocol.parse_watch(payload)
         points = protocol.parse_watch_points(payload)
+        lost = protocol.parse_watch_lost(payload)
+        if lost and not request.owner:
+            # Delivering a lost hold takes it from the services that wait
+            # for it: the owner's alone.
+            raise GateError(
+                errno.EPERM, "watch: only the instance owner may watch lost holds"
+            )
         self.gate.watch(
             request.keep(),
             descriptions,
             userid=None if request.owner else request.userid,
             points=points,
+            lost=lost,
         )
 
     @request("watch-ack", guests=True)
@@ -265,13 +267,13 @@ class EpilogGatePlugin(GateDriver):
 
         def match(sink):
             return (
-                self.jobtap.disconnect_match(msg, sink)
-                and self.jobtap.matchtag(sink) == matchtag
+                self.jobtap.messages.disconnect_match(msg, sink)
+                and self.jobtap.messages.matchtag(sink) == matchtag
             )
 
         self.gate.acknowledge(match, count)
         # Sent with FLUX_RPC_NORESPONSE by the client: then nothing goes.
-        self.jobtap.send(msg, {})
+        self.jobtap.messages.send(msg, {})
 
     @classmethod
     def bind_externs(cls, ffi, lib):

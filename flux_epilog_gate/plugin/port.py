@@ -1,17 +1,18 @@
-"""The gate's port (see :mod:`flux_epilog_gate.gate`) on the jobtap runtime.
+"""The gate's port (:class:`flux_epilog_gate.gate.port.Port`) on the
+jobtap runtime.
 
-:class:`GatePort` is the runtime's generic
-:class:`~flux_epilog_gate.jobtap.facade.Jobtap` plus what only the gate
-posts and answers: its marked epilog and prolog events, its annotation,
-its exception types, and the answers of a hold's life, packed in the
-gate's C (fastpath.c).
+:class:`GatePort` is what the gate sees of a plugin instance's
+:class:`~flux_epilog_gate.jobtap.facade.Jobtap`: the port's calls and no
+more.  Those the runtime's services answer as they are, it binds to them
+once (:data:`SERVED`); the others are the gate's own: its marked epilog,
+prolog and dependency events, its annotation, its exception types, and
+the answers of a hold's life, packed in the gate's C (fastpath.c).
 """
 
 import os
 
 from ..gate.holdlog import MARKER
 from ..gate.holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
-from ..jobtap.facade import Jobtap
 
 #: Job exception raised for a failed prolog hold: fatal, the job never
 #: starts.
@@ -29,12 +30,50 @@ def _timeout(timeout):
     return -1.0 if timeout is None else timeout
 
 
-class GatePort(Jobtap):
-    """The job-manager, as the gate sees it."""
+#: The port's calls the runtime answers as they are: each is bound to
+#: the service's method at construction, so that the gate's call is the
+#: service's (no frame of this class's in between).  By the path of the
+#: method on the plugin's Jobtap.
+SERVED = {
+    "now": "now",
+    "log": "log",
+    "timer": "timer",
+    "job_info": "jobs.info",
+    "posted": "jobs.posted",
+    "cancel": "jobs.cancel",
+    "read_eventlog": "kvs.read_eventlog",
+    "read_kvs": "kvs.read",
+    "kvs_commit": "kvs.commit",
+    "kvs_commit_ops": "kvs.commit_ops",
+    "kvs_lookup_treeobj": "kvs.lookup_treeobj",
+    "kvs_get": "kvs.get",
+    "kvs_dir": "kvs.dir",
+    "end_watch": "messages.respond_error",
+    "restartable": "broker.restartable",
+    "abort_cleanup": "broker.abort_cleanup",
+}
 
-    def __init__(self, p, ffi, lib, topics=None):
-        super().__init__(p, ffi, lib, topics)
-        # Called for every held job: bound once (see Jobtap.__init__).
+
+def served(jobtap, path):
+    """The method of ``jobtap`` at ``path`` (a key of :data:`SERVED`'s
+    values)."""
+    target = jobtap
+    for name in path.split("."):
+        target = getattr(target, name)
+    return target
+
+
+class GatePort:
+    """The job-manager, as the gate sees it (the runtime's ``jobtap``
+    of one plugin instance)."""
+
+    def __init__(self, jobtap):
+        self.jobtap = jobtap
+        for name, path in SERVED.items():
+            setattr(self, name, served(jobtap, path))
+        lib, ffi = jobtap.lib, jobtap.ffi
+        # Called for every held job: bound once (a lookup on the library
+        # costs more than the attribute).
         self._post_start = lib.gate_post_start
         self._post_finish = lib.gate_post_finish
         self._answer_hold = lib.gate_answer_hold
@@ -43,9 +82,13 @@ class GatePort(Jobtap):
         self._respond_watch = lib.gate_respond_watch
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
+        self._incref = lib.flux_msg_incref
+        self._decref = lib.flux_msg_decref
         self._stamp = lib.gate_stamp
         self._stamp_text = ffi.new("char[32]")
         self._string = ffi.string
+        self._names = jobtap.names
+        self._name = jobtap.name
 
     def stamp(self):
         """Now to the microsecond and its text (see holds.stamp), from C:
@@ -58,7 +101,7 @@ class GatePort(Jobtap):
         """Post ``epilog-start``, marked as the gate's (packed in C)."""
         if (
             self._post_start(
-                self.p,
+                self.jobtap.p,
                 jobid,
                 b"epilog-start",
                 description.encode(),
@@ -66,23 +109,23 @@ class GatePort(Jobtap):
             )
             < 0
         ):
-            raise self.oserror()
+            raise self.jobtap.oserror()
 
     def epilog_finish(self, jobid, description, status):
         """Post ``epilog-finish``, marked as the gate's (packed in C)."""
         if (
             self._post_finish(
-                self.p, jobid, b"epilog-finish", description.encode(), status
+                self.jobtap.p, jobid, b"epilog-finish", description.encode(), status
             )
             < 0
         ):
-            raise self.oserror()
+            raise self.jobtap.oserror()
 
     def prolog_start(self, jobid, description, timeout=None):
         """Post ``prolog-start``, marked as the gate's (packed in C)."""
         if (
             self._post_start(
-                self.p,
+                self.jobtap.p,
                 jobid,
                 b"prolog-start",
                 description.encode(),
@@ -90,17 +133,17 @@ class GatePort(Jobtap):
             )
             < 0
         ):
-            raise self.oserror()
+            raise self.jobtap.oserror()
 
     def prolog_finish(self, jobid, description, status):
         """Post ``prolog-finish``, marked as the gate's (packed in C)."""
         if (
             self._post_finish(
-                self.p, jobid, b"prolog-finish", description.encode(), status
+                self.jobtap.p, jobid, b"prolog-finish", description.encode(), status
             )
             < 0
         ):
-            raise self.oserror()
+            raise self.jobtap.oserror()
 
     def depend_start(self, jobid, description, timeout=None):
         """Post ``dependency-add``, marked as the gate's, with the hold's
@@ -108,9 +151,9 @@ class GatePort(Jobtap):
         only (the gate checks the state itself): posted as an event, it
         counts exactly as one from ``flux_jobtap_dependency_add()``,
         which cannot carry the mark."""
-        self.check(
-            self.lib.gate_post_start(
-                self.p,
+        self.jobtap.check(
+            self.jobtap.lib.gate_post_start(
+                self.jobtap.p,
                 jobid,
                 b"dependency-add",
                 description.encode(),
@@ -120,27 +163,29 @@ class GatePort(Jobtap):
 
     def depend_finish(self, jobid, description):
         """Post ``dependency-remove``, marked as the gate's."""
-        self.post_event(
+        self.jobtap.jobs.post_event(
             jobid, "dependency-remove", {"description": description, MARKER: True}
         )
 
     def raise_dependency(self, jobid, note):
         """A failed dependency hold: the job never runs."""
-        self.raise_job_exception(jobid, DEPEND_EXCEPTION_TYPE, 0, note)
+        self.jobtap.jobs.raise_exception(jobid, DEPEND_EXCEPTION_TYPE, 0, note)
 
     def annotate(self, jobid, text):
         """Set the job's ``user.epilog_gate`` annotation to ``text`` (None:
         remove it) with a memo event."""
-        encoded = self.ffi.NULL if text is None else text.encode()
-        self.check(self.lib.gate_memo(self.p, jobid, encoded))
+        encoded = self.jobtap.ffi.NULL if text is None else text.encode()
+        self.jobtap.check(self.jobtap.lib.gate_memo(self.jobtap.p, jobid, encoded))
 
     def raise_exception(self, jobid, note):
         """A failed or timed-out epilog hold: a non-fatal exception."""
-        self.raise_job_exception(jobid, EXCEPTION_TYPE, EXCEPTION_SEVERITY, note)
+        self.jobtap.jobs.raise_exception(
+            jobid, EXCEPTION_TYPE, EXCEPTION_SEVERITY, note
+        )
 
     def raise_fatal(self, jobid, note):
         """A failed prolog hold: the job never starts."""
-        self.raise_job_exception(jobid, PROLOG_EXCEPTION_TYPE, 0, note)
+        self.jobtap.jobs.raise_exception(jobid, PROLOG_EXCEPTION_TYPE, 0, note)
 
     #: Every tracked job's events are sent, whatever ``track`` is asked:
     #: the gate's listeners are told of a held job's exceptions (see
@@ -153,11 +198,11 @@ class GatePort(Jobtap):
         Each event of a job whose events are sent costs the job-manager
         a call with the job's arguments packed, whether anything is
         done with it or not: they are asked for only when needed."""
-        if self._mark(self.p, jobid, 1 if events or self.all_events else 0) < 0:
-            raise self.oserror()
+        if self._mark(self.jobtap.p, jobid, 1 if events or self.all_events else 0) < 0:
+            raise self.jobtap.oserror()
 
     def untrack(self, jobid):
-        self._unmark(self.p, jobid)
+        self._unmark(self.jobtap.p, jobid)
 
     def job_cleanup(self):
         """True if the instance's shutdown runs flux-core's job cleanup
@@ -167,29 +212,28 @@ class GatePort(Jobtap):
 
     def want_run(self, jobid):
         """Also send the tracked job's job.state.run to the gate."""
-        self.want(jobid, RUN_TOPIC)
+        self.jobtap.marks.want(jobid, RUN_TOPIC)
 
     # Answers
 
     def send_activation(self, msg, activation):
         """Send one ``watch`` response; False if that failed."""
+        if "lost" in activation:
+            # A lost hold (seldom), of its own shape.
+            return self.jobtap.messages.send(msg, activation)
         return (
             self._respond_watch(
-                self.h,
+                self.jobtap.h,
                 msg,
                 activation["id"],
                 activation["description"].encode(),
                 activation["userid"],
                 activation["ran"],
-                self._names.get(point := activation["point"]) or self.name(point),
+                self._names.get(point := activation["point"]) or self._name(point),
                 activation.get("aborted", False),
             )
             == 0
         )
-
-    def end_watch(self, msg, errnum, text):
-        """End a ``watch`` stream with an error."""
-        self.respond_error(msg, errnum, text)
 
     # A hold or release is answered once its record is durable.  Its
     # request is kept by a bare reference (own_request) rather than one
@@ -212,11 +256,11 @@ class GatePort(Jobtap):
         state = hold.state
         try:
             self._answer_hold(
-                self.h,
+                self.jobtap.h,
                 kept,
                 hold.id,
                 hold.description.encode(),
-                self._names.get(state) or self.name(state),
+                self._names.get(state) or self._name(state),
             )
         except BaseException:
             self._decref(kept)
@@ -226,10 +270,10 @@ class GatePort(Jobtap):
         """Answer the ``release`` request ``kept``."""
         try:
             self._answer_release(
-                self.h,
+                self.jobtap.h,
                 kept,
                 released,
-                self.ffi.NULL if reason is None else reason.encode(),
+                self.jobtap.ffi.NULL if reason is None else reason.encode(),
             )
         except BaseException:
             self._decref(kept)
@@ -238,7 +282,9 @@ class GatePort(Jobtap):
     def answer_error(self, kept, errnum, text):
         """Answer the request ``kept`` with an error."""
         try:
-            self._answer_error(self.h, kept, errnum, text.encode("utf-8", "replace"))
+            self._answer_error(
+                self.jobtap.h, kept, errnum, text.encode("utf-8", "replace")
+            )
         except BaseException:
             self._decref(kept)
             raise

@@ -128,12 +128,13 @@ class Driver:
         """``answer(holds)`` once the list is answered."""
         self._when_ready(lambda: answer(self.gate.list()), lambda *_: None)
 
-    def watch(self, sink, starting):
-        """``starting()`` is called right before the watch starts."""
+    def watch(self, sink, starting, lost=False):
+        """``starting()`` is called right before the watch starts; with
+        ``lost``, the stream also gets lost holds."""
 
         def run():
             starting()
-            self.gate.watch(sink)
+            self.gate.watch(sink, lost=lost)
 
         self._when_ready(run, lambda *_: sink.end("refused"))
 
@@ -149,9 +150,7 @@ class Driver:
         refused, watch streams end, the gate is suspended and kept for the
         next load in this job-manager."""
         self.load.close()
-        for watcher in self.gate.watchers:
-            watcher.sink.end("unloaded")
-        self.gate.watchers = []
+        self.gate.end_watches(lambda sink: sink.end("unloaded"))
         self.gate.suspend()
         self.port.close()
         self.state.gate = self.gate

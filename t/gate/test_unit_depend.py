@@ -11,7 +11,7 @@ from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.depend import BATCH_WAIT
 from flux_epilog_gate.gate.holdlog import KEY, MARKER
 from flux_epilog_gate.gate.holds import ACTIVE, HOLD_EVENT, RELEASE_EVENT
-from flux_epilog_gate.gate.shutdown import BROKER_CLEANUP, BROKER_RUN, Shutdown
+from flux_epilog_gate.gate.shutdown import BROKER_CLEANUP, BROKER_RUN
 
 from .unitgate import JOB, USER, ev, logged, marked, recover
 
@@ -295,7 +295,7 @@ def test_unload_records_the_holds_still_waiting(port, gate):
 
 def test_shutdown_finish_leaves_dependency_holds_alone(port):
     gate = Gate(port, Config(shutdown_timeout=5.0, shutdown_action="finish"))
-    shutdown = Shutdown(gate, port)
+    shutdown = gate.watch_shutdown(port)
     shutdown.on_broker_state(BROKER_RUN)
     depending(port, gate, "create")
     # A job the shutdown waits on.

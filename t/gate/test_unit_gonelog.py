@@ -60,8 +60,7 @@ def test_gone_log_remembers_the_newest_holds_with_their_last_reason(limit, steps
             model.discard((jobid, description))
         else:
             # As Gate.reconfigure() changes it.
-            gone.limit = args[0]
-            gone.trim()
+            gone.resize(args[0])
             model.set_limit(args[0])
         assert len(gone) == len(model.order) <= model.limit
         for jobid in range(1, 5):

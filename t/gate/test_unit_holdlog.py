@@ -235,7 +235,7 @@ def test_snapshot_keeps_recent_releases_of_active_holds(port, gate):
         port.advance(RELEASE_GRACE)
         gate.release(jobid, "bb", jobid)
     port.advance(RELEASE_GRACE / 2)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold_pending(port, gate, 9999)
     _, text, append = port.commits[-1]
     assert not append
@@ -254,7 +254,7 @@ def test_snapshot_keeps_recent_releases_of_active_holds(port, gate):
 def test_no_snapshot_while_a_job_is_being_recovered(port, gate):
     port.add_job(7, SCHED, USER)
     gate.begin_recovery(7, USER)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold_pending(port, gate, JOB)
     assert port.commits[-1][2] is True
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from flux_epilog_gate.gate import holds
 from flux_epilog_gate.gate.holdlog import hold_entry
-from flux_epilog_gate.gate.listing import columns_answer, entries, list_answer
+from flux_epilog_gate.gate.listing import columns_answer, entries, entry, list_answer
 from flux_epilog_gate.listentry import columns_of
 
 
@@ -77,7 +77,7 @@ def test_each_entry_is_one_holds_dict_as_json_writes_it(values):
     hold_list = [make(v) for v in values]
     for hold, text in zip(hold_list, entries(hold_list)):
         assert text == json.dumps(hold.to_dict(), separators=(",", ":"))
-        assert hold.to_json() == text
+        assert entry(hold) == text
 
 
 @settings(max_examples=400, deadline=None)

@@ -11,12 +11,12 @@ import json
 import syslog
 
 import pytest
-from fakeport import FakePort
+from fakeport import KVS, FakePort
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from logstrategies import bad_entries, hold_logs, junk_lines
 
-from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.gate import CLEANUP, DEPEND, RUN, SCHED
 from flux_epilog_gate.gate.config import MAX_HOLDS_LIMIT, Config
 from flux_epilog_gate.gate.holdlog import KEY, hold_entry
 from flux_epilog_gate.gate.holds import (
@@ -29,7 +29,7 @@ from flux_epilog_gate.gate.holds import (
     Hold,
     Reason,
 )
-from flux_epilog_gate.gate.loader import SKIPPED_LOGGED, Load
+from flux_epilog_gate.gate.loader import FIRST_LOAD_KEY, SKIPPED_LOGGED, Load
 from flux_epilog_gate.gate.logparse import EXCERPT_MAX, parse
 
 from .unitgate import USER, epilog_starts, marked
@@ -247,6 +247,42 @@ def test_a_job_in_cleanup_the_log_does_not_name_gets_its_active_hold_back(port):
     assert gate.release(11, "bb") == (True, None)
 
 
+@pytest.mark.parametrize("state", [CLEANUP, DEPEND], ids=["cleanup", "depend"])
+def test_a_first_load_reads_no_eventlog_and_marks_the_kvs(port, state):
+    """The gate never ran with this KVS: no job can have a hold of it, so
+    none is read or tracked (nothing to race with the job going on); the
+    mark makes every later load read such jobs, as below."""
+    port.defer_eventlogs = True
+    port.add_job(11, state, USER, happened={"alloc", "start", "finish"})
+    loading, gate = load(port, jobs=(11,))
+    assert loading.first and loading.ready
+    assert port.pending_eventlogs == [] and list(gate.jobs) == []
+    assert FIRST_LOAD_KEY in port.kvs and errors(port) == []
+    again = Load(port)
+    assert not again.first
+
+
+@pytest.mark.parametrize("log", [None, b"", b"\n"], ids=["none", "empty", "blank"])
+def test_a_load_after_the_log_was_deleted_still_reads_jobs_in_cleanup(port, log):
+    """The KVS is marked by an earlier load: the log is missing (deleted
+    by hand, or never written), yet an active hold is in the eventlog."""
+    port.kvs[FIRST_LOAD_KEY] = "100.0\n"
+    if log is not None:
+        port.kvs[KEY] = log
+    port.add_job(11, CLEANUP, USER, happened={"alloc", "start", "finish"})
+    port.eventlogs[11] = [marked(100.0, "epilog-start", description="bb")]
+    loading, gate = load(port, jobs=(11,))
+    assert not loading.first and loading.ready
+    assert holds_of(gate)[(11, "bb")]["state"] == ACTIVE
+
+
+def test_a_first_load_whose_mark_fails_logs_it_and_goes_on(port):
+    port.fail(KVS, errno.EIO)
+    loading, gate = load(port)
+    assert loading.ready and FIRST_LOAD_KEY not in port.kvs
+    assert any(FIRST_LOAD_KEY in text for text in errors(port))
+
+
 @pytest.mark.parametrize("event", ["finish", "free"])
 def test_a_job_the_log_does_not_name_gets_nothing_posted_while_it_is_read(port, event):
     """A first load among running jobs: a job that finishes while its
@@ -324,7 +360,7 @@ def test_a_snapshot_with_nothing_to_keep_is_not_empty(port):
     port.defer_commits = True
     gate.hold(11, "bb")
     gate.release(11, "bb")
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     port.complete_commit()
     port.complete_commit()
     key, text, append = port.commits[-1]
@@ -421,7 +457,7 @@ def test_a_load_never_fails_and_every_valid_hold_comes_back(log, state, form):
     assert len(errors(port)) <= SKIPPED_LOGGED + 1
     # What the gate writes next is a log it reads back the same.
     if holds:
-        gate.holdlog.appends = 10**6
+        gate.holdlog.compaction.appends = 10**6
         port.add_job(99, SCHED, USER)
         gate.hold(99, "next")
         again = parse(port.kvs[KEY])[0]
@@ -474,7 +510,7 @@ def test_holds_past_the_limit_are_dropped_and_each_reported_lost(port):
             f"hold {description} of job" in text and "more than" in text
             for text in errors(port)
         )
-        assert gate.jobs.gone.get(11, description) == Reason.LOST
+        assert gate.jobs.gone.get(11, description) == Reason.LOST_LIMIT
     # Recorded: the next load has nothing past the limit to report.
     gate.holdlog.barrier(lambda error: None)
     again = FakePort()

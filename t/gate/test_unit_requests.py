@@ -353,7 +353,7 @@ def test_lowering_gone_limit_trims_the_gone_log(port, gate):
     for description in ("a", "b", "c"):
         gate.release(JOB, description)
     gate.reconfigure(Config(gone_limit=1))
-    assert len(gate.gone) == 1
+    assert len(gate.jobs.gone) == 1
 
 
 def test_hold_again_after_release_makes_a_new_hold(port, gate):
@@ -491,7 +491,7 @@ def test_requests_past_max_pending_are_refused_and_change_nothing(port):
         gate.hold(3, "bb", done=lambda hold, error: answers.append(error))
     assert exc.value.errnum == errno.EAGAIN
     assert "max-pending=2" in exc.value.message
-    assert 3 not in gate.jobs and gate.refused["busy"] == 1
+    assert 3 not in gate.jobs and gate.counters()["busy"] == 1
     with pytest.raises(GateError) as exc:
         gate.release(1, "bb", done=lambda result, error: answers.append(error))
     assert exc.value.errnum == errno.EAGAIN and "bb" in gate.jobs[1].holds

@@ -52,9 +52,9 @@ def snapshotted(port, gate):
     """A gate whose last snapshot holds five holds (over 300 bytes)."""
     for jobid in range(1, 5):
         hold(port, gate, jobid)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold(port, gate, 5)
-    assert gate.holdlog.snapshot_size > holdlog.SEGMENT_FLOOR
+    assert gate.holdlog.compaction.snapshot_size > holdlog.SEGMENT_FLOOR
     assert gate.holdlog.appends == 0 and gate.holdlog.segment == 0
     return gate
 
@@ -113,7 +113,7 @@ def test_making_a_segment_tells_the_snapshot_hook(port, small):
 def test_a_small_snapshot_is_not_followed_by_segments(port, small):
     gate = Gate(port)
     hold(port, gate, 1)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold(port, gate, 2)
     churn(port, gate, holdlog.MAX_APPENDS * 3)
     assert port.kvs_dir(SEGMENTS) is None
@@ -133,7 +133,7 @@ def test_the_snapshot_after_max_segments_removes_them(port, small):
     ]
     assert port.kvs_dir(SEGMENTS) is None
     assert replayed(port.kvs[KEY]) == gate_holds(gate)
-    assert gate.holdlog.segment == 0 and not gate.holdlog.segments_left
+    assert gate.holdlog.segment == 0 and not gate.holdlog.segments.present
 
 
 def test_a_snapshot_by_bytes_removes_the_segments(port, small, monkeypatch):
@@ -141,7 +141,7 @@ def test_a_snapshot_by_bytes_removes_the_segments(port, small, monkeypatch):
     churn(port, gate, holdlog.MAX_APPENDS + 1)
     assert port.kvs_dir(SEGMENTS) == ["1"]
     # The log as long as MAX_BYTES: the next commit is a snapshot.
-    gate.holdlog.size = holdlog.MAX_BYTES
+    gate.holdlog.compaction.size = holdlog.MAX_BYTES
     hold(port, gate, 60)
     assert port.kvs_dir(SEGMENTS) is None
     assert replayed(port.kvs[KEY]) == gate_holds(gate)
@@ -188,7 +188,7 @@ def test_a_load_reads_the_segments_in_order_and_appends_after_them(port, small):
         fresh.add_job(jobid, job.state, USER)
     loading, again = load(fresh)
     assert loading.ready and gate_holds(again) == expected
-    assert again.holdlog.segment == 2 and again.holdlog.segments_left
+    assert again.holdlog.segment == 2 and again.holdlog.segments.present
     # KEY's appends are not known: the first batch makes it segment 3.
     hold(fresh, again, 71)
     (rotation,) = fresh.txns
@@ -480,7 +480,7 @@ def test_an_unload_answers_a_snapshot_asked_for(port):
 def test_a_full_key_that_is_not_there_is_appended_to_and_nothing_logged(port, small):
     gate = snapshotted(port, Gate(port))
     del port.kvs[KEY]
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold(port, gate, 70)
     assert port.commits[-1][0] == KEY and port.commits[-1][2] is True
     assert errors(port) == [] and port.kvs_dir(SEGMENTS) is None

@@ -18,7 +18,6 @@ from flux_epilog_gate.gate.shutdown import (
     BROKER_RUN,
     BROKER_SHUTDOWN,
     SHUTDOWN_STATUS,
-    Shutdown,
     loaded_from_config,
 )
 from flux_epilog_gate.jobid import f58
@@ -33,7 +32,7 @@ QUEUED_JOB = 13
 
 def make(port, action="auto"):
     gate = Gate(port, Config(shutdown_timeout=TIMEOUT, shutdown_action=action))
-    shutdown = Shutdown(gate, port)
+    shutdown = gate.watch_shutdown(port)
     shutdown.on_broker_state(BROKER_RUN)
     return gate, shutdown
 
@@ -343,7 +342,7 @@ def test_a_reload_past_the_bound_refuses_holds_before_the_broker_state(port):
     shutdown.on_broker_state(BROKER_CLEANUP)
     port.advance(TIMEOUT + 0.1)
     shutdown.stop()
-    Shutdown(gate, port)
+    gate.watch_shutdown(port)
     port.add_job(QUEUED_JOB, SCHED)
     with pytest.raises(GateError) as info:
         gate.hold(QUEUED_JOB, "license")
@@ -370,7 +369,7 @@ def test_plugin_loaded_again_during_shutdown_keeps_the_bound(port):
     shutdown.on_broker_state(BROKER_CLEANUP)
     port.advance(TIMEOUT - 1.0)
     shutdown.stop()
-    again = Shutdown(gate, port)
+    again = gate.watch_shutdown(port)
     again.on_broker_state(BROKER_CLEANUP)
     port.advance(0.9)
     assert port.aborted == 0

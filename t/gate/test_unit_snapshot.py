@@ -58,7 +58,7 @@ def big(port):
         port.add_job(jobid, SCHED, USER)
         gate.hold(jobid, "bb")
     assert logged(port) == gate_holds(gate)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     port.defer_commits = True
     return gate
 
@@ -110,7 +110,7 @@ def test_a_large_snapshot_is_written_in_parts_then_swapped_in(port, big):
     assert SIDE_KEY not in port.kvs
     assert port.kvs[KEY] == side
     assert logged(port) == gate_holds(gate)
-    assert gate.holdlog.snap is None and gate.holdlog.appends == 0
+    assert gate.holdlog.snapshots.in_parts is None and gate.holdlog.appends == 0
     assert gate.holdlog.size == len(side)
 
 
@@ -138,7 +138,7 @@ def test_answers_keep_flowing_while_a_snapshot_is_written(port, big):
     assert ops_of(entry) == [("append", SIDE_KEY), ("append", KEY)]
     port.complete_commit()
     assert answers == [None]
-    assert gate.holdlog.snap is not None
+    assert gate.holdlog.snapshots.in_parts is not None
     assert (101, "bb") in logged(port)
     run(port)
     assert logged(port) == gate_holds(gate) and SIDE_KEY not in port.kvs
@@ -159,7 +159,7 @@ def test_records_made_during_the_snapshot_are_in_the_swapped_log(port, big):
     hold(port, gate, 102)
     gate.release(39, "bb")
     run(port)
-    assert gate.holdlog.snap is None
+    assert gate.holdlog.snapshots.in_parts is None
     assert logged(port) == gate_holds(gate)
     held = gate_holds(gate)
     assert {(101, "bb"), (102, "bb"), (2, "bb")} <= held
@@ -170,7 +170,7 @@ def test_a_small_snapshot_is_one_commit_as_before(port):
     gate = Gate(port)
     for jobid in range(1, 4):
         hold(port, gate, jobid)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold(port, gate, 4)
     _, text, append = port.commits[-1]
     assert not append and port.txns == []
@@ -198,7 +198,7 @@ def test_barrier_does_not_wait_for_a_part_that_carries_no_record(port, big):
     gate = big
     hold(port, gate, 100)
     port.complete_commit()
-    assert port.pending_commits and gate.holdlog.sent == []
+    assert port.pending_commits and gate.holdlog.commit.sent == []
     answers = []
     gate.holdlog.barrier(answers.append)
     assert answers == [None]
@@ -251,7 +251,7 @@ def test_a_failed_lookup_or_swap_gives_the_snapshot_up(port, big, failure):
     while not port.pending_lookups:
         port.complete_commit()
     hold(port, gate, 101, answers)
-    first = gate.holdlog.snap
+    first = gate.holdlog.snapshots.in_parts
     if failure == "lookup":
         port.complete_lookup(errno.EIO)
         # The queued hold starts the next snapshot.
@@ -266,7 +266,7 @@ def test_a_failed_lookup_or_swap_gives_the_snapshot_up(port, big, failure):
         assert answers[0].errno == errno.EIO
         assert (101, "bb") not in gate_holds(gate)
         assert SIDE_KEY in port.kvs
-    assert gate.holdlog.snap is not first
+    assert gate.holdlog.snapshots.in_parts is not first
     assert any("snapshot given up" in text for _, text in port.logs)
     run(port)
     assert logged(port) == gate_holds(gate)
@@ -282,7 +282,7 @@ def test_a_side_key_that_is_no_value_is_not_swapped_in(port, big):
         port.complete_commit()
     key, callback = port.pending_lookups.pop()
     callback(json.dumps({"ver": 1, "type": "dir", "data": {}}), None)
-    assert gate.holdlog.snap is None
+    assert gate.holdlog.snapshots.in_parts is None
     assert any("not a value" in text for _, text in port.logs)
     assert logged(port) == gate_holds(gate)
 
@@ -310,7 +310,7 @@ def test_without_a_backing_store_a_part_is_sent_again_without_sync(port, big):
     (again,) = port.pending_commits
     assert again[1] == entry[1] and again[2] is False
     port.complete_commit()
-    assert answers == [None] and gate.holdlog.snap is not None
+    assert answers == [None] and gate.holdlog.snapshots.in_parts is not None
     run(port)
     assert logged(port) == gate_holds(gate)
 
@@ -321,11 +321,11 @@ def test_a_job_being_recovered_stops_the_snapshot(port, big):
     port.complete_commit()
     port.add_job(200, SCHED, USER)
     gate.begin_recovery(200, USER)
-    assert gate.holdlog.snap is None
+    assert gate.holdlog.snapshots.in_parts is None
     # While it recovers, no snapshot starts: records are appended.
     hold(port, gate, 101)
     run(port)
-    assert gate.holdlog.snap is None
+    assert gate.holdlog.snapshots.in_parts is None
     # Snapshots started meanwhile are given up when they reach the job.
     assert all(op != "put_treeobj" for ops in port.txns for op, _, _ in ops)
     assert (101, "bb") in logged(port)
@@ -344,7 +344,7 @@ def test_unload_gives_the_snapshot_up_and_the_next_instance_writes_one(port, big
     hold(port, gate, 101, answers)
     gate.suspend()
     port.orphan()
-    assert gate.holdlog.snap is None
+    assert gate.holdlog.snapshots.in_parts is None
     assert [error.errno for error in answers] == [errno.EAGAIN]
     run(port)
     gate.attach(port)
@@ -364,7 +364,7 @@ def test_active_holds_and_recent_releases_are_kept(port, big):
         gate.on_cleanup(jobid)
     gate.release(301, "bb", 3)
     port.defer_commits = True
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     hold(port, gate, 100)
     run(port)
     jobs, _ = parse(port.kvs[KEY])
@@ -378,7 +378,10 @@ def test_a_failing_kvs_never_loops(port, big):
     port.defer_commits = False
     port.fail(KVS, errno.EIO)
     hold(port, gate, 100)
-    assert gate.holdlog.snap is None and gate.holdlog.inflight is None
+    assert (
+        gate.holdlog.snapshots.in_parts is None
+        and gate.holdlog.commit.in_flight is None
+    )
 
 
 def test_a_failing_lookup_never_loops(port, big):
@@ -386,5 +389,8 @@ def test_a_failing_lookup_never_loops(port, big):
     port.defer_commits = False
     port.fail(LOOKUP, errno.EIO)
     hold(port, gate, 100)
-    assert gate.holdlog.snap is None and gate.holdlog.inflight is None
+    assert (
+        gate.holdlog.snapshots.in_parts is None
+        and gate.holdlog.commit.in_flight is None
+    )
     assert logged(port) == gate_holds(gate)

@@ -46,7 +46,7 @@ def test_appends_do_not_call_the_hook(port, told):
 def test_a_snapshot_in_one_commit_calls_the_hook_once_it_is_answered(port, told):
     gate, calls = told
     hold(port, gate, 1)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     port.defer_commits = True
     answers = []
     hold(port, gate, 2, answers)
@@ -60,7 +60,7 @@ def test_a_snapshot_in_parts_calls_the_hook_once_swapped_in(port, told):
     gate.holdlog.chunk = CHUNK
     for jobid in range(1, 41):
         hold(port, gate, jobid)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     port.defer_commits = True
     hold(port, gate, 100)
     parts = 0
@@ -72,13 +72,13 @@ def test_a_snapshot_in_parts_calls_the_hook_once_swapped_in(port, told):
         else:
             port.complete_lookup()
     assert parts > 5 and calls == [0]
-    assert gate.holdlog.snap is None
+    assert gate.holdlog.snapshots.in_parts is None
 
 
 def test_a_failed_snapshot_does_not_call_the_hook(port, told):
     gate, calls = told
     hold(port, gate, 1)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     port.defer_commits = True
     answers = []
     hold(port, gate, 2, answers)
@@ -94,7 +94,7 @@ def test_a_failing_hook_is_logged_and_the_answers_still_go(port):
 
     gate.holdlog.on_snapshot = broken
     hold(port, gate, 1)
-    gate.holdlog.appends = holdlog.MAX_APPENDS
+    gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     answers = []
     hold(port, gate, 2, answers)
     hold(port, gate, 3, answers)

@@ -102,7 +102,7 @@ class SnapshotMachine(RuleBasedStateMachine):
 
     @rule()
     def snapshot_due(self):
-        self.gate.holdlog.appends = holdlog.MAX_APPENDS
+        self.gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
 
     @rule()
     def ask_snapshot(self):
@@ -152,7 +152,7 @@ class SnapshotMachine(RuleBasedStateMachine):
     def reload(self):
         """The plugin is removed (what it sent is carried out, but never
         answered to it) and loaded again."""
-        if self.gate.holdlog.snap is not None:
+        if self.gate.holdlog.snapshots.in_parts is not None:
             event("reload during a snapshot")
         if self.gate.holdlog.segment:
             event("reload with segments")
@@ -164,7 +164,7 @@ class SnapshotMachine(RuleBasedStateMachine):
 
     def undurable(self):
         log = self.gate.holdlog
-        return log.unconfirmed + log.sent + log.lines
+        return log.handover.unconfirmed + log.commit.sent + log.commit.queued
 
     @invariant()
     def the_log_and_what_is_not_durable_yet_are_the_holds(self):
@@ -190,12 +190,12 @@ class SnapshotMachine(RuleBasedStateMachine):
         assert replayed(port.hold_log()) == gate_holds(gate)
         # One more snapshot, to its end: the side key goes, and so do
         # the segments.
-        gate.holdlog.appends = holdlog.MAX_APPENDS
+        gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
         port.add_job(99, SCHED, USER)
         self.tick()
         gate.hold(99, "end")
         drain(port)
-        assert gate.holdlog.snap is None
+        assert gate.holdlog.snapshots.in_parts is None
         assert SIDE_KEY not in port.kvs
         assert port.kvs_dir(SEGMENTS) is None
         assert replayed(port.hold_log()) == gate_holds(gate)

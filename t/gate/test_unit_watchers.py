@@ -98,7 +98,7 @@ def test_dead_watcher_is_dropped_at_the_next_activation(port, gate):
     gate.watch("w")
     port.kill("w")
     at_point(port, gate, "bb")
-    assert gate.watchers == []
+    assert gate.watchers.streams == []
 
 
 def test_dead_watcher_does_not_keep_live_ones_from_their_responses(port, gate):
@@ -107,14 +107,14 @@ def test_dead_watcher_does_not_keep_live_ones_from_their_responses(port, gate):
     port.kill("dead")
     at_point(port, gate, "bb")
     assert len(port.sent["live"]) == 1
-    assert [w.sink for w in gate.watchers] == ["live"]
+    assert [w.sink for w in gate.watchers.streams] == ["live"]
 
 
 def test_watcher_dead_during_its_first_responses_is_not_added(port, gate):
     at_point(port, gate, "bb")
     port.kill("w")
     gate.watch("w")
-    assert gate.watchers == []
+    assert gate.watchers.streams == []
 
 
 def test_unwatch_drops_matching_watchers_and_counts_them(port, gate):
@@ -122,7 +122,7 @@ def test_unwatch_drops_matching_watchers_and_counts_them(port, gate):
     gate.watch("a2")
     gate.watch("b")
     assert gate.unwatch(lambda sink: sink.startswith("a")) == 2
-    assert [w.sink for w in gate.watchers] == ["b"]
+    assert [w.sink for w in gate.watchers.streams] == ["b"]
 
 
 def test_unwatched_sink_receives_no_more_activations(port, gate):
@@ -161,10 +161,10 @@ def test_a_watcher_that_acknowledges_gets_everything(port):
     for jobid in range(1, 11):
         at_point(port, gate, "h", jobid=jobid)
         if jobid % 3 == 0:
-            assert gate.watchers[0].unacknowledged == 3
+            assert gate.watchers.streams[0].unacknowledged == 3
             gate.acknowledge(its(gate, "w"), len(port.sent["w"]))
     assert [p["id"] for p in port.sent["w"]] == list(range(1, 11))
-    assert "w" not in port.ended and len(gate.watchers) == 1
+    assert "w" not in port.ended and len(gate.watchers.streams) == 1
 
 
 def test_a_watcher_that_does_not_read_is_ended_past_the_bound(port):
@@ -179,8 +179,8 @@ def test_a_watcher_that_does_not_read_is_ended_past_the_bound(port):
     assert "watch-backlog=3" in text and "fell behind" in text
     # At most the bound was sent to it; nothing of it is kept.
     assert len(port.sent["stopped"]) == 3
-    assert [w.sink for w in gate.watchers] == ["reader"]
-    assert gate.refused["behind"] == 1
+    assert [w.sink for w in gate.watchers.streams] == ["reader"]
+    assert gate.counters()["behind"] == 1
     assert len(port.sent["reader"]) == 7 and "reader" not in port.ended
     assert any("fell behind" in text for _, text in port.logs)
 
@@ -189,7 +189,7 @@ def test_a_burst_larger_than_the_bound_ends_a_watcher_that_cannot_ack(port):
     gate = bounded(port, watch_backlog=3)
     gate.watch("w")
     activate(port, gate, 4)
-    assert port.ended["w"][0] == errno.ENOBUFS and not gate.watchers
+    assert port.ended["w"][0] == errno.ENOBUFS and not gate.watchers.streams
 
 
 def test_holds_active_before_the_watch_do_not_count_against_the_bound(port):
@@ -230,7 +230,7 @@ def test_ack_of_an_unknown_stream_or_of_more_than_sent_is_refused(port):
     gate.acknowledge(its(gate, "w"), 2)
     # An older acknowledgement arriving late changes nothing.
     gate.acknowledge(its(gate, "w"), 1)
-    assert gate.watchers[0].acked == 2
+    assert gate.watchers.streams[0].acked == 2
 
 
 @settings(max_examples=60, deadline=None)
@@ -257,22 +257,22 @@ def test_flow_control_never_exceeds_the_bound_and_loses_nothing(bound, steps):
             jobid = 1000 + made
             at_point(port, gate, "h", jobid=jobid)
             made += 1
-        elif step == "ack" and gate.watchers:
+        elif step == "ack" and gate.watchers.streams:
             gate.acknowledge(its(gate, "w"), len(port.sent["w"]))
         elif step == "release" and gate.jobs:
             jobid = next(iter(gate.jobs))
             gate.release(jobid, "h")
-        if gate.watchers:
-            watcher = gate.watchers[0]
+        if gate.watchers.streams:
+            watcher = gate.watchers.streams[0]
             assert watcher.unacknowledged <= bound
             assert watcher.behind <= bound
     ids = [payload["id"] for payload in port.sent["w"]]
     assert len(ids) == len(set(ids))
     if "w" in port.ended:
         assert port.ended["w"][0] == errno.ENOBUFS
-        assert not gate.watchers
+        assert not gate.watchers.streams
     else:
-        while gate.watchers and gate.watchers[0].queue:
+        while gate.watchers.streams and gate.watchers.streams[0].queue:
             gate.acknowledge(its(gate, "w"), len(port.sent["w"]))
         assert sorted(ids + [p["id"] for p in port.sent["w"][len(ids) :]]) == list(
             range(1000, 1000 + made)
@@ -289,10 +289,10 @@ def test_a_burst_larger_than_the_window_waits_in_the_gate_for_acks(port):
     while len(port.sent["reader"]) < 500:
         gate.acknowledge(its(gate, "reader"), len(port.sent["reader"]))
     assert len(port.sent["stopped"]) == WINDOW and "stopped" not in port.ended
-    assert gate.watchers[1].behind == 500
+    assert gate.watchers.streams[1].behind == 500
     activate(port, gate, 101, jobid=6)
     assert port.ended["stopped"][0] == errno.ENOBUFS
-    assert [w.sink for w in gate.watchers] == ["reader"]
+    assert [w.sink for w in gate.watchers.streams] == ["reader"]
 
 
 def test_a_prolog_hold_aborted_before_its_turn_is_sent_once(port, monkeypatch):

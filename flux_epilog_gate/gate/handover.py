@@ -1,0 +1,65 @@
+"""Handing the hold log over: from the load that found it, and from one
+plugin instance to the next across a reload.
+
+**Unload.**  A commit already sent is carried out by the KVS whatever
+becomes of the plugin; the requests still waiting are answered with
+:class:`~flux_epilog_gate.gate.groupcommit.NotConfirmed` (the
+request may have taken effect: send it again, it is idempotent), the
+queued records are sent in one last commit, after the records of the
+commit in flight again (should that one fail, no plugin instance would
+learn of it; a record read twice changes nothing), and a gate taken
+over by the next load writes every record that was not confirmed again.
+"""
+
+from .groupcommit import NotConfirmed
+
+
+class Handover:
+    """Takes the log over from a load, and hands it to the next plugin
+    instance.
+
+    Owns the records the previous plugin instance could not confirm
+    (``unconfirmed``).  Calls the log's parts: ``commit`` (a
+    :class:`~flux_epilog_gate.gate.groupcommit.GroupCommit`),
+    ``compaction``, ``segments`` and ``snapshots``; on a reload, points
+    each of them, and ``log``, at the next instance's port.
+    """
+
+    def __init__(self, log, commit, compaction, segments, snapshots):
+        self.log = log
+        self.commit = commit
+        self.compaction = compaction
+        self.segments = segments
+        self.snapshots = snapshots
+        self.unconfirmed = []
+
+    def found(self, size, base, last, unended):
+        """The load found the log ``size`` bytes long, ``base`` of them
+        in its first value, with segments up to ``last`` (0: none), or
+        segments it could not read (``last`` is None): those are
+        replaced by a snapshot at the next commit.  ``unended``: the
+        value does not end its last line (it was written by another
+        hand); the next text sent ends it first."""
+        self.commit.unended = unended
+        self.compaction.found(size, base, last)
+        self.segments.found(last)
+
+    def suspend(self):
+        """The plugin is going away: send what is queued, with the records
+        of the commit in flight again, answer every waiting request with
+        :class:`NotConfirmed`, and keep the records not known to be
+        durable for the next plugin instance."""
+        self.segments.stop()
+        self.snapshots.stop()
+        waiters, self.unconfirmed = self.commit.hand_off()
+        self.commit.answer(waiters, NotConfirmed())
+        self.snapshots.answer_asked(NotConfirmed())
+
+    def resume(self, port):
+        """The next plugin instance takes the log over: write again what
+        the previous one could not confirm (entries are idempotent on
+        replay)."""
+        for part in (self.log, self.commit, self.segments, self.snapshots):
+            part.port = port
+        records, self.unconfirmed = self.unconfirmed, []
+        self.commit.take_back(records)
