@@ -15,9 +15,10 @@ What is added to modeljm:
   topics as the runtime would (forwarded topics, marked and subscribed
   jobs, ``requires`` of ``attributes.system.dw``); a restart calls
   ``job.state.depend`` again for jobs in DEPEND;
-- :class:`DwsPort`: the runtime's facade for one plugin instance: the
-  gate's port of modeljm plus job lookups (whole, as flux-core hands
-  them, or key by key), RPCs to the service, KVS reads, events, timers;
+- :class:`Jobtap`: the runtime's facade for one plugin instance: job
+  lookups (whole, as flux-core hands them, or key by key), events, RPCs
+  to the service, KVS reads, timers; and :class:`GatePort`, the gate's
+  port of modeljm with dependencies;
 - :class:`FakeService`: the DWS service: requests wait until the test
   answers them; its answer and its own request (``resource-update``,
   ``prolog-remove``, ``epilog-remove``) go separately.
@@ -31,6 +32,7 @@ from gate.modeljm import (
     CLEANUP,
     DEPEND,
     INACTIVE,
+    LOST_FOUND,
     NEW,
     PRIORITY,
     RUN,
@@ -119,7 +121,6 @@ class RabbitJobManager(FakeJobManager):
         job = RabbitJob(jobid, userid, jobspec)
         entry = (self.now(), "submit", {"userid": userid})
         job.eventlog.append(entry)
-        job.state = NEW
         # Written by ingest with the eventlog.
         self.kvs.put(f"job.{jobid}.eventlog", (entry,))
         self.kvs.put(f"job.{jobid}.jobspec", json.dumps(job.jobspec))
@@ -143,7 +144,11 @@ class RabbitJobManager(FakeJobManager):
             for entry in entries:
                 job.eventlog.append(entry)
                 jm._update(job, entry)
-            if job.state != INACTIVE:
+            if job.state == NEW:
+                # Not replayed by flux-core: its directory is moved aside.
+                kvs.data[f"{LOST_FOUND}.{job.id}.eventlog"] = kvs.data.pop(key)
+                observer.dropped(job.id)
+            elif job.state != INACTIVE:
                 jm.jobs[job.id] = job
         return jm
 
@@ -157,9 +162,7 @@ class RabbitJobManager(FakeJobManager):
 
     def _update(self, job, entry):
         _, name, context = entry
-        if name == "validate" and job.state == NEW:
-            job.state = DEPEND
-        elif name == "dependency-add":
+        if name == "dependency-add":
             job.deps.add(context.get("description"))
         elif name == "dependency-remove":
             job.deps.discard(context.get("description"))
@@ -172,8 +175,7 @@ class RabbitJobManager(FakeJobManager):
                 node[last] = value
         elif name == "alloc":
             job.R = {"version": 1, "execution": {"R_lite": [], "nodelist": []}}
-        if name not in ("validate",):
-            FakeJobManager._update(job, entry)
+        FakeJobManager._update(job, entry)
 
     def _process(self, job, entry):
         old = job.state
@@ -189,7 +191,7 @@ class RabbitJobManager(FakeJobManager):
         port = self.port
         if port is None:
             return
-        plugin = port.plugin
+        plugin, jobtap = port.plugin, port.jobtap
         name = entry[1]
         events = port.subscribed(job.id)
         if name in ("finish", "free") and events:
@@ -197,13 +199,13 @@ class RabbitJobManager(FakeJobManager):
             self._call(
                 f"job.event.{name}",
                 call,
-                Job(port, name, job.id, job.state, job.userid, Args(job, entry)),
+                Job(jobtap, name, job.id, job.state, job.userid, Args(job, entry)),
             )
         if name == "exception" and events and port.forwarded("job.event.exception"):
             self._call(
                 "job.event.exception",
                 plugin.on_exception,
-                Job(port, name, job.id, job.state, job.userid, Args(job, entry)),
+                Job(jobtap, name, job.id, job.state, job.userid, Args(job, entry)),
             )
         if job.state == old:
             return
@@ -228,7 +230,7 @@ class RabbitJobManager(FakeJobManager):
         self._call(
             "job.state.depend",
             port.plugin.on_depend,
-            Job(port, "depend", job.id, job.state, job.userid, args),
+            Job(port.jobtap, "depend", job.id, job.state, job.userid, args),
         )
 
     def _call(self, where, function, arg):
@@ -292,47 +294,81 @@ class Request:
         return self
 
 
-class DwsPort(JobtapPort):
-    """The runtime's facade (flux_epilog_gate/jobtap/facade.py) for one
-    instance of dws.so on the fake job-manager."""
+class GatePort(JobtapPort):
+    """The gate's port (flux_epilog_gate/plugin/port.py) of one dws.so
+    instance: modeljm's, with dependencies and every job's events."""
 
-    plugin_name = "dws"
-
-    def __init__(self, jm, jmid, service, options):
+    def __init__(self, jm, jobtap):
         super().__init__(jm, None)
-        self.jmid = jmid
-        self.service = service
-        self.options = options
+        self.jobtap = jobtap
+        #: The plugin instance the job-manager calls.
         self.plugin = None
-        self.p = self
-        self.unloading = False
         self.all_events = False
-        self.forwards = set()
-
-    def close(self):
-        super().close()
-        self.p = None
-
-    # Which jobs reach the plugin
-
-    def forward(self, topic, on=True):
-        if self.p is None:
-            raise _oserror(errno.EINVAL)
-        (self.forwards.add if on else self.forwards.discard)(topic)
 
     def forwarded(self, topic):
-        return topic in self.forwards
+        return self.jobtap.marks.forwarded(topic)
 
     def track(self, jobid, events=False):
         super().track(jobid, events or self.all_events)
 
-    def want(self, jobid, topic):
-        self.wants.add(jobid)
+    def depend_start(self, jobid, description, timeout=None):
+        context = {"description": description, MARKER: True}
+        self._post(jobid, "dependency-add", context)
 
-    # Load
+    def depend_finish(self, jobid, description):
+        context = {"description": description, MARKER: True}
+        self._post(jobid, "dependency-remove", context)
 
-    def register(self, method, index, guests=False, handler=None):
-        pass
+    def raise_dependency(self, jobid, note):
+        self.raise_job_exception(jobid, "dependency", 0, note)
+
+    def cancel(self, jobid, note):
+        self.raise_job_exception(jobid, "cancel", 0, note)
+
+
+class Jobtap:
+    """The runtime's facade (flux_epilog_gate/jobtap/facade.py) for one
+    instance of dws.so on the fake job-manager: its services are the
+    objects below, its gate port a :class:`GatePort`."""
+
+    plugin_name = "dws"
+
+    def __init__(self, jm, jmid, service, options):
+        self.jm = jm
+        self.jmid = jmid
+        self.options = options
+        self.p = self
+        self.unloading = False
+        self.names = {}
+        self.gate_port = GatePort(jm, self)
+        self.jobs = Jobs(self)
+        self.marks = Marks(jmid)
+        self.kvs = KvsReads(self)
+        self.broker = Broker()
+        self.messages = Messages(self, service)
+
+    @property
+    def open(self):
+        return self.p is not None
+
+    def now(self):
+        return self.jm.now()
+
+    def timer(self, delay, callback):
+        return self.gate_port.timer(delay, callback)
+
+    def log(self, level, text):
+        self.gate_port.log(level, text)
+
+    def log_exception(self, where):
+        self.log(3, f"{where}: an exception")
+
+    def name(self, name):
+        return name.encode()
+
+    def close(self):
+        self.p = None
+        self.gate_port.close()
 
     def load_options(self):
         return dict(self.options)
@@ -340,92 +376,97 @@ class DwsPort(JobtapPort):
     def load_options_given(self):
         return bool(self.options)
 
-    def jobmanager_id(self):
-        return self.jmid
-
-    def watch_broker(self, final, callback):
-        pass
-
-    def job_manager_starting(self):
-        return False
-
-    def broker_state(self):
-        return None
-
-    # Jobs
-
-    def lookup_job(self, jobid):
-        """The whole job, decoded as flux-core hands it over."""
-        job = self.jm.jobs.get(jobid)
-        if job is None:
-            raise _oserror(errno.ENOENT)
-        return json.loads(to_text(Args(job).value()))
-
     def arg_in(self, args):
+        """The whole arguments, decoded as flux-core hands them over."""
         return json.loads(to_text(args.value()))
 
-    def job_value(self, jobid, path, default=None):
-        job = self.jm.jobs.get(jobid)
-        if job is None:
-            raise _oserror(errno.ENOENT)
-        return self.arg_value(Args(job), path, default)
-
     def arg_value(self, args, path, default=None):
+        """One value, encoded alone (as runtime.c does) and decoded."""
         value = walk(args.value(), path)
         if value is None:
             return default
         return decode_value(to_text(value))
 
+
+class Jobs:
+    def __init__(self, jobtap):
+        self.jobtap = jobtap
+        self.port = jobtap.gate_port
+
+    def _job(self, jobid):
+        job = self.jobtap.jm.jobs.get(jobid)
+        if job is None:
+            raise _oserror(errno.ENOENT)
+        return job
+
+    def info(self, jobid):
+        return self.port.job_info(jobid)
+
+    def lookup(self, jobid):
+        return self.jobtap.arg_in(Args(self._job(jobid)))
+
+    def value(self, jobid, path, default=None):
+        return self.jobtap.arg_value(Args(self._job(jobid)), path, default)
+
+    def posted(self, jobid, name):
+        return self.port.posted(jobid, name)
+
     def post_event(self, jobid, name, context=None):
-        self._post(jobid, name, dict(context or {}))
+        self.port._post(jobid, name, dict(context or {}))
 
     def jobspec_update(self, jobid, update):
-        self._post(jobid, "jobspec-update", dict(update))
-
-    def depend_start(self, jobid, description, timeout=None):
-        context = {"description": description, MARKER: True}
-        self._post(jobid, "dependency-add", context)
-
-    def depend_finish(self, jobid, description):
-        self._post(
-            jobid, "dependency-remove", {"description": description, MARKER: True}
-        )
+        self.port._post(jobid, "jobspec-update", dict(update))
 
     def dependency_remove(self, jobid, description):
-        self._post(jobid, "dependency-remove", {"description": description})
+        self.port._post(jobid, "dependency-remove", {"description": description})
 
-    def raise_dependency(self, jobid, note):
-        self.raise_job_exception(jobid, "dependency", 0, note)
-
-    def prolog_finish_job(self, jobid, description, status=0):
-        self._post(
-            jobid, "prolog-finish", {"description": description, "status": status}
-        )
-
-    def epilog_finish_job(self, jobid, description, status=0):
-        self._post(
-            jobid, "epilog-finish", {"description": description, "status": status}
-        )
+    def raise_exception(self, jobid, type, severity, note):
+        self.port.raise_job_exception(jobid, type, severity, note)
 
     def cancel(self, jobid, note):
-        self.raise_job_exception(jobid, "cancel", 0, note)
+        self.raise_exception(jobid, "cancel", 0, note)
 
-    # The reactor
+    def prolog_finish(self, jobid, description, status=0):
+        context = {"description": description, "status": status}
+        self.port._post(jobid, "prolog-finish", context)
 
-    def rpc(self, topic, payload=None, callback=None):
-        self.service.receive(self, topic, payload, callback)
+    def epilog_finish(self, jobid, description, status=0):
+        context = {"description": description, "status": status}
+        self.port._post(jobid, "epilog-finish", context)
 
-    def read_kvs(self, key, callback):
-        """Answered on the next turn of the reactor."""
-        jobid, _, what = key.rpartition(".")
-        jobid = JobID(jobid) if jobid.startswith("job.") else None
-        job = self.jm.jobs.get(int(jobid)) if jobid is not None else None
+
+class Marks:
+    def __init__(self, jmid):
+        self.jmid = jmid
+        self.forwards = set()
+
+    def jobmanager_id(self):
+        return self.jmid
+
+    def forward(self, topic, on=True):
+        (self.forwards.add if on else self.forwards.discard)(topic)
+
+    def forwarded(self, topic):
+        return topic in self.forwards
+
+
+class KvsReads:
+    """The KVS reads dws.so makes: a job's R and eventlog, answered on the
+    next turn of the reactor."""
+
+    def __init__(self, jobtap):
+        self.jobtap = jobtap
+
+    def read(self, key, callback):
+        jm = self.jobtap.jm
+        path, _, what = key.rpartition(".")
+        job = jm.jobs.get(int(JobID(path))) if path.startswith("job.") else None
 
         def answer():
             if what == "R" and job is not None and job.R is not None:
                 callback(json.dumps(job.R), None)
             elif what == "eventlog" and job is not None:
-                lines = self.jm.kvs.data.get(f"job.{job.id}.eventlog", ())
+                lines = jm.kvs.data.get(f"job.{job.id}.eventlog", ())
                 text = "".join(
                     json.dumps({"timestamp": t, "name": n, "context": c}) + "\n"
                     for t, n, c in lines
@@ -434,16 +475,32 @@ class DwsPort(JobtapPort):
             else:
                 callback(None, _oserror(errno.ENOENT))
 
-        self.timer(0.0, answer)
+        self.jobtap.timer(0.0, answer)
+
+
+class Broker:
+    def watch(self, final, callback):
+        pass
+
+
+class Messages:
+    """Requests to the service and answers to the service's requests."""
+
+    def __init__(self, jobtap, service):
+        self.jobtap = jobtap
+        self.service = service
+
+    def register(self, method, index, guests=False, handler=None):
+        pass
+
+    def rpc(self, topic, payload=None, callback=None):
+        self.service.receive(self.jobtap, topic, payload, callback)
 
     def respond_error(self, msg, errnum, text):
         msg.error(errnum, text)
 
     def send(self, msg, payload):
         msg.respond(payload)
-
-    def log_exception(self, where):
-        self.log(3, f"{where}: exception")
 
 
 class FakeService:

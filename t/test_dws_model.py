@@ -36,8 +36,8 @@ from dwsmodel import (
     DEEP,
     POST_RUN,
     SETUP,
-    DwsPort,
     FakeService,
+    Jobtap,
     RabbitJobManager,
     Request,
 )
@@ -129,8 +129,10 @@ class DwsModel(RuleBasedStateMachine):
 
     def __init__(self):
         super().__init__()
-        self.saved = glue.FREEZER
+        self.saved = glue.FREEZER, glue.GatePort
         glue.FREEZER = NoFreeze()
+        # The gate's port of an instance is its fake facade's.
+        glue.GatePort = lambda jobtap: jobtap.gate_port
         Dws._collect()
         self.clock = Clock()
         self.kvs = FakeKVS()
@@ -142,12 +144,12 @@ class DwsModel(RuleBasedStateMachine):
         self.sends = Counter()
         self.jmid = next(JMIDS)
         self.jm = self._jm(RabbitJobManager(self.kvs, self.clock, self))
-        self.port = None
+        self.port = self.jobtap = None
         self.plugin = None
         self.load()
 
     def teardown(self):
-        glue.FREEZER = self.saved
+        glue.FREEZER, glue.GatePort = self.saved
 
     def _jm(self, jm):
         jm.failed = self.failed
@@ -185,6 +187,10 @@ class DwsModel(RuleBasedStateMachine):
     def start_request(self, job):
         pass
 
+    def dropped(self, jobid):
+        """flux-core did not replay the job (its eventlog had ``submit``
+        alone): the job is gone."""
+
     def requested(self, topic, payload):
         jobid = payload.get("jobid")
         if topic not in STARTS:
@@ -204,28 +210,28 @@ class DwsModel(RuleBasedStateMachine):
 
     def load(self):
         """flux jobtap load dws.so (or its load from the config)."""
-        port = self.port = DwsPort(
-            self.jm, self.jmid, self.service, {"epilog-timeout": EPILOG_TIMEOUT}
-        )
-        self.plugin = port.plugin = Dws(port)
+        options = {"epilog-timeout": EPILOG_TIMEOUT}
+        jobtap = self.jobtap = Jobtap(self.jm, self.jmid, self.service, options)
+        port = self.port = jobtap.gate_port
+        self.plugin = port.plugin = Dws(jobtap)
         self.plugin.configure(None)
         self.jm.port = port
-        if port.forwarded("job.new"):
+        if jobtap.marks.forwarded("job.new"):
             for job in self.jm.active():
                 self.jm._call(
                     "job.new",
                     self.plugin.on_new,
-                    Job(port, "new", job.id, job.state, job.userid, None),
+                    Job(jobtap, "new", job.id, job.state, job.userid, None),
                 )
         self.advance(0.0)
 
     def unload(self):
-        self.port.unloading = True
+        self.jobtap.unloading = True
         try:
             self.plugin.unload()
         except Exception as exc:  # noqa: BLE001 - told as a violation
             self.failed("unload", exc)
-        self.port.close()
+        self.jobtap.close()
         self.plugin = None
 
     @precondition(lambda self: self.plugin is not None)
@@ -252,7 +258,7 @@ class DwsModel(RuleBasedStateMachine):
     def crash(self):
         """SIGKILL of the broker, started again on its state."""
         if self.port is not None:
-            self.port.close()
+            self.jobtap.close()
         self.plugin = None
         self.kvs.crash()
         for jobid, topic in list(self.sends):

@@ -430,9 +430,7 @@ class Dws(GateDriver):
         ``attributes.system``, each key decoded alone."""
         system = {}
         for key in ("constraints", "allow_rabbits"):
-            value = self.jobtap.jobs.value(
-                jobid, f"jobspec.attributes.system.{key}"
-            )
+            value = self.jobtap.jobs.value(jobid, f"jobspec.attributes.system.{key}")
             if value is not None:
                 system[key] = value
         return system

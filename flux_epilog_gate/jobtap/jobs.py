@@ -48,9 +48,7 @@ class Jobs:
         OSError(ENOENT) if there is no such job."""
         jobtap = self.jobtap
         text = jobtap.ffi.new("char **")
-        jobtap.check(
-            jobtap.lib.runtime_job_value(jobtap.p, jobid, path.encode(), text)
-        )
+        jobtap.check(jobtap.lib.runtime_job_value(jobtap.p, jobid, path.encode(), text))
         return jobtap.take_value(text, default)
 
     def jobspec_update(self, jobid, update):
