@@ -17,6 +17,7 @@ import os
 
 import flux.job
 import pytest
+from dwsfake import DW, contexts
 from jobs import (
     GATE_SYNCS_ONLY,
     described,
@@ -26,7 +27,6 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_dws import DW, FakeDws, contexts
 
 from flux_epilog_gate.paths import plugin_path
 
@@ -47,25 +47,12 @@ def deep_jobspec():
     return spec.dumps().replace('"DEEP"', "[" * DEPTH + "]" * DEPTH)
 
 
-@pytest.fixture
-def service(tmp_path):
-    made = []
-
-    def start(inst, *options):
-        made.append(FakeDws(inst, str(tmp_path), *options))
-        return made[-1]
-
-    yield start
-    for fake in made:
-        fake.stop()
-
-
-def test_a_deep_jobspec_is_held_and_ended_as_any_rabbit_job(new_instance, service):
+def test_a_deep_jobspec_is_held_and_ended_as_any_rabbit_job(new_instance, dws):
     """Cancelled while its storage is being created (flux-core's own
     scheduler cannot take such a job: it never gets that far)."""
     inst = new_instance(cores=8, plugin=plugin_path("dws"))
     h = inst.handle()
-    fake = service(inst, "--create-hang")
+    fake = dws(inst, "--create-hang")
     jobid = flux.job.submit(h, deep_jobspec())
     wait_event(h, jobid, "dependency-add", match=described("dws-create"))
     flux.job.cancel(h, jobid)
@@ -103,7 +90,7 @@ def _cancelled_in_prolog(inst, h, fake):
 @pytest.mark.parametrize(
     "ended", [_epilog_timed_out, _cancelled_in_prolog], ids=["epilog-timeout", "cancel"]
 )
-def test_a_dws_exception_survives_a_sigkill_as_it_was(new_instance, service, ended):
+def test_a_dws_exception_survives_a_sigkill_as_it_was(new_instance, dws, ended):
     """Killed once the end of the hold is recorded, before the job-manager
     checkpointed the exception and the end: the restart ends the hold with
     the same exception, and the gate raises none of its own."""
@@ -116,13 +103,13 @@ def test_a_dws_exception_survives_a_sigkill_as_it_was(new_instance, service, end
     h = inst.handle()
     hang = ["--post-run-hang"] if ended is _epilog_timed_out else ["--setup-hang"]
     # Nothing ends the epilog before the kill.
-    fake = service(inst, "--post-run-hang", *hang)
+    fake = dws(inst, "--post-run-hang", *hang)
     jobid, kind = ended(inst, h, fake)
     fake.stop()
     inst.kill()
     inst.start()
     h = inst.handle()
-    service(inst)
+    dws(inst)
     wait_inactive(h, jobid, timeout=30)
     events = eventlog(h, jobid)
     types = [e.context["type"] for e in named(events, "exception")]
@@ -142,13 +129,13 @@ def test_a_dws_exception_survives_a_sigkill_as_it_was(new_instance, service, end
 
 @pytest.mark.parametrize("beside", [False, True], ids=["alone", "beside-gate"])
 def test_a_cancel_while_dws_is_removed_ends_the_prolog_at_its_load(
-    new_instance, service, beside
+    new_instance, dws, beside
 ):
     dws_so = plugin_path("dws")
     plugins = [(plugin_path(), {})] if beside else []
     inst = new_instance(cores=8, plugin=dws_so, plugins=plugins)
     h = inst.handle()
-    fake = service(inst, "--setup-hang")
+    fake = dws(inst, "--setup-hang")
     jobid = submit(h, duration=0.1, **DW)
     wait_event(h, jobid, "prolog-start", match=described("dws-setup"), timeout=30)
     inst.flux("jobtap", "remove", os.path.basename(dws_so))
