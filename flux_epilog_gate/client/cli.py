@@ -34,6 +34,7 @@ from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter
 
 from ..listentry import columns_of
 from ..paths import PLUGINS, plugin_path
+from ..version import __version__
 from . import EpilogGate, NoAnswerError
 from .arguments import (
     Usage,
@@ -381,6 +382,12 @@ def parser():
         epilog="Exit status: 0 success, 1 a request refused (any of several), "
         "2 a usage error, 3 no answer (the connection to the broker was lost), "
         "130 interrupted.  See flux-epilog-gate(1).",
+    )
+    top.add_argument(
+        "--version",
+        action="version",
+        version=f"{PROG} {__version__}",
+        help="print the package's version and exit",
     )
     sub = top.add_subparsers(
         title="commands", dest="command", required=True, metavar="COMMAND"

@@ -9,6 +9,7 @@ import json
 from math import isfinite
 
 from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .logparse import FORMAT, FORMAT_EVENT
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -52,6 +53,13 @@ def hold_entry(hold):
     if point != EPILOG:
         context["point"] = point
     return _line(t, HOLD_EVENT, context, text)
+
+
+def format_entry(timestamp, text=None):
+    """The log line that says the log's format (:data:`FORMAT`): the
+    first of every snapshot, and of a log begun anew; ``text``:
+    ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
+    return _line(timestamp, FORMAT_EVENT, {"version": FORMAT}, text)
 
 
 def cancel_entry(hold, timestamp, text=None):
