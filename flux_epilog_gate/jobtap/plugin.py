@@ -150,6 +150,20 @@ class Job:
         """The job's jobspec (a dict), from the callback's arguments."""
         return self.input["jobspec"]
 
+    def get(self, path, default=None):
+        """The value at key path ``path`` (dot-separated:
+        ``"jobspec.attributes.system.dw"``) of the callback's arguments,
+        or ``default``; decoded alone, never the rest of the job (see
+        :meth:`~flux_epilog_gate.jobtap.facade.Jobtap.arg_value`)."""
+        if self._input is not None:
+            value = self._input
+            for key in path.split("."):
+                if not isinstance(value, dict) or key not in value:
+                    return default
+                value = value[key]
+            return value
+        return self._jobtap.arg_value(self._args, path, default)
+
 
 class Args:
     """The arguments of a plugin topic's call: ``input`` (decoded)."""

@@ -349,6 +349,23 @@ static int runtime_wanted (flux_plugin_t *p,
     return t->mode != RUNTIME_TOPIC_WANTED || (mark->wants & (1u << i));
 }
 
+/* The value at dot-separated key path 'path' under 'o' (borrowed), or
+ * NULL if there is none.
+ */
+static json_t *runtime_walk (json_t *o, const char *path)
+{
+    char key[256];
+    char *saveptr = NULL;
+
+    if (strlen (path) >= sizeof (key))
+        return NULL;
+    snprintf (key, sizeof (key), "%s", path);
+    for (char *k = strtok_r (key, ".", &saveptr); k && o;
+         k = strtok_r (NULL, ".", &saveptr))
+        o = json_is_object (o) ? json_object_get (o, k) : NULL;
+    return o;
+}
+
 /* Does the job of 'args' have jobspec key 'path' (dot-separated)?  A
  * plugin that cares only for some jobs (say, those asking for a burst
  * buffer) names the key, and the others never enter Python.
@@ -356,17 +373,57 @@ static int runtime_wanted (flux_plugin_t *p,
 static int runtime_has_key (flux_plugin_arg_t *args, const char *path)
 {
     json_t *o = NULL;
-    char key[sizeof (((struct runtime_topic *)0)->require)];
-    char *saveptr = NULL;
 
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:o}",
                                 "jobspec", &o) < 0)
         return 0;
-    snprintf (key, sizeof (key), "%s", path);
-    for (char *k = strtok_r (key, ".", &saveptr); k && o;
-         k = strtok_r (NULL, ".", &saveptr))
-        o = json_is_object (o) ? json_object_get (o, k) : NULL;
-    return o != NULL;
+    return runtime_walk (o, path) != NULL;
+}
+
+/* The value at key path 'path' of the IN arguments 'args' as JSON text in
+ * '*text' (runtime_free() it), or NULL if there is none.  Only that value
+ * is encoded: what else the job holds (a user's attributes, however
+ * deep) never reaches Python's decoder.
+ */
+int runtime_arg_value (flux_plugin_arg_t *args, const char *path, char **text)
+{
+    json_t *root = NULL;
+    json_t *o;
+
+    *text = NULL;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "o", &root) < 0)
+        return -1;
+    if (strlen (path) >= 256) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!(o = runtime_walk (root, path)))
+        return 0;
+    if (!(*text = json_dumps (o, JSON_COMPACT | JSON_ENCODE_ANY))) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+/* runtime_arg_value() of active job 'id' (looked up by id). */
+int runtime_job_value (flux_plugin_t *p, flux_jobid_t id, const char *path,
+                       char **text)
+{
+    flux_plugin_arg_t *args;
+    int rc;
+
+    *text = NULL;
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return -1;
+    rc = runtime_arg_value (args, path, text);
+    flux_plugin_arg_destroy (args);
+    return rc;
+}
+
+void runtime_free (void *ptr)
+{
+    free (ptr);
 }
 
 static void runtime_unmark_current (flux_plugin_t *p, struct runtime_ctx *ctx,
