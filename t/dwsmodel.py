@@ -490,7 +490,7 @@ class Messages:
         self.jobtap = jobtap
         self.service = service
 
-    def register(self, method, index, guests=False, handler=None):
+    def register(self, method, index, **options):
         pass
 
     def rpc(self, topic, payload=None, callback=None):
