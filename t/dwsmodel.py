@@ -490,7 +490,7 @@ class Messages:
         self.jobtap = jobtap
         self.service = service
 
-    def register(self, method, index, **options):
+    def register(self, method, index, guests=False, handler=None, max_bytes=0):
         pass
 
     def rpc(self, topic, payload=None, callback=None):
