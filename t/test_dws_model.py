@@ -52,10 +52,13 @@ from flux_epilog_gate.jobtap.plugin import Job, RequestError
 from flux_epilog_gate.plugin import driver as glue
 
 SOAK = "DWS_MODEL_EXAMPLES" in os.environ
-EXAMPLES = int(os.environ.get("DWS_MODEL_EXAMPLES", "150"))
+EXAMPLES = int(os.environ.get("DWS_MODEL_EXAMPLES", "300"))
 STEPS = int(os.environ.get("DWS_MODEL_STEPS", "80"))
 
 MAX_JOBS = 3
+#: Removes, restarts and crashes in one run: past them, the run is the
+#: workflow's (always allowed, they would take most of its steps).
+MAX_DOWNS = 4
 USER = 1000
 EPILOG_TIMEOUT = 5.0
 DW = "#DW jobdw type=xfs capacity=1GiB name=x"
@@ -142,6 +145,7 @@ class DwsModel(RuleBasedStateMachine):
         self.jobids = []
         self.next_id = 100
         self.sends = Counter()
+        self.downs = 0
         self.jmid = next(JMIDS)
         self.jm = self._jm(RabbitJobManager(self.kvs, self.clock, self))
         self.port = self.jobtap = None
@@ -234,10 +238,11 @@ class DwsModel(RuleBasedStateMachine):
         self.jobtap.close()
         self.plugin = None
 
-    @precondition(lambda self: self.plugin is not None)
+    @precondition(lambda self: self.plugin is not None and self.downs < MAX_DOWNS)
     @rule()
     def remove(self):
         """flux jobtap remove dws.so."""
+        self.downs += 1
         self.unload()
 
     @precondition(lambda self: self.plugin is None)
@@ -245,6 +250,7 @@ class DwsModel(RuleBasedStateMachine):
     def load_again(self):
         self.load()
 
+    @precondition(lambda self: self.downs < MAX_DOWNS)
     @rule()
     def restart(self):
         """flux module reload job-manager (dws.so loaded from the config)."""
@@ -254,6 +260,7 @@ class DwsModel(RuleBasedStateMachine):
         self.kvs.apply_all()
         self._restarted()
 
+    @precondition(lambda self: self.downs < MAX_DOWNS)
     @rule()
     def crash(self):
         """SIGKILL of the broker, started again on its state."""
@@ -273,6 +280,7 @@ class DwsModel(RuleBasedStateMachine):
         )
 
     def _restarted(self):
+        self.downs += 1
         self.jmid = next(JMIDS)
         self.jm = self._jm(RabbitJobManager.restart(self.kvs, self.clock, self))
         self.load()
