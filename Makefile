@@ -21,7 +21,8 @@ SOURCES = setup.py pyproject.toml $(wildcard flux_epilog_gate/*.py) \
 	$(wildcard flux_epilog_gate/gate/*.py) $(wildcard flux_epilog_gate/dws/*.py) \
 	$(wildcard flux_epilog_gate/plugin/*.py) $(wildcard flux_epilog_gate/client/*.py) \
 	$(wildcard flux_epilog_gate/jobtap/*.py) flux_epilog_gate/jobtap/runtime.c \
-	flux_epilog_gate/plugin/fastpath.c flux_epilog_gate/plugin/stamp.c
+	flux_epilog_gate/plugin/fastpath.c flux_epilog_gate/plugin/stamp.c \
+	flux_epilog_gate/dws/service.c
 
 # System install: flux-core's own directories for what it finds by name,
 # PREFIX for the rest.

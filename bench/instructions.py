@@ -24,6 +24,14 @@ carries ``attributes.system.dw`` and is submitted, held in DEPEND, its
 prolog and its epilog by the ``dws`` plugin, each hold released at once
 by the project's fake DWS service (t/dws_service.py), and run to its
 clean; submission is part of what is counted, in every configuration.
+``dws-jobtap`` is flux-coral2's own C plugin, fed by the same service:
+taken from DWS_JOBTAP_SO, or built alone from the flux-coral2 tree
+CORAL2_SRC (src/job-manager/plugins/dws-jobtap.c); with neither, that
+row is not measured, and the report says so.  ``dws-nolog`` is dws.so
+built here for the benchmark only with its hold log's commits taken out
+(each answered at once, nothing written or synced: a hold it takes
+would not survive a crash): ``dws - dws-nolog`` is what the durable
+record costs, the rest of ``dws - dws-jobtap`` is overhead.
 
 The ``durable`` workload is bench/durable.py's one-client mix under
 callgrind (configurations DURABLE): ``hold`` requests only, on jobs
@@ -35,6 +43,7 @@ the job-manager), per hold, with the holds per synced commit.
 
 import argparse
 import glob
+import json
 import os
 import re
 import shutil
@@ -78,9 +87,15 @@ CONFIGS = dict(
 RABBIT = {
     "bare": (),
     "bare-again": (),
+    "dws-jobtap": ("dws-jobtap",),
     "dws": ("dws",),
+    "dws-nolog": ("dws-nolog",),
     "dws+gate": ("epilog-gate", "dws"),
 }
+#: The plugins of RABBIT that are not the project's: how to get each.
+FOREIGN = {"dws-jobtap": "set CORAL2_SRC (a flux-coral2 tree) or DWS_JOBTAP_SO"}
+#: flux-coral2's plugin, in its tree.
+DWS_JOBTAP_C = os.path.join("src", "job-manager", "plugins", "dws-jobtap.c")
 #: The durable workload's configurations: bench/durable.py's, as
 #: CONFIGS has them (every one takes holds).
 DURABLE = {name: (kind, True, conf) for name, (kind, conf) in durable.CONFIGS.items()}
@@ -134,7 +149,94 @@ def run_rabbits(client, count, spec):
     client.run_until(lambda: not client.outstanding, what="clean rabbit jobs")
 
 
-def inner_rabbit(config, jobs, outdir):
+def dws_jobtap_so(tmpdir, environ=os.environ):
+    """flux-coral2's dws-jobtap.so: DWS_JOBTAP_SO, or built into
+    ``tmpdir`` from the tree CORAL2_SRC, alone, as flux-coral2's own
+    tests of it do; None if neither is set."""
+    prebuilt = environ.get("DWS_JOBTAP_SO")
+    if prebuilt:
+        if not os.path.isfile(prebuilt):
+            raise SystemExit(f"instructions: DWS_JOBTAP_SO={prebuilt}: no such file")
+        return os.path.abspath(prebuilt)
+    src = environ.get("CORAL2_SRC")
+    if not src:
+        return None
+    source = os.path.join(src, DWS_JOBTAP_C)
+    if not os.path.isfile(source):
+        raise SystemExit(f"instructions: CORAL2_SRC={src}: no {DWS_JOBTAP_C}")
+    out = os.path.join(tmpdir, "dws-jobtap.so")
+    flags = subprocess.run(
+        ["pkg-config", "--cflags", "--libs", "flux-core", "jansson"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    cc = environ.get("CC") or "gcc"
+    include = ["-I" + src, "-I" + os.path.join(src, "src", "common")]
+    command = [cc, "-O2", "-shared", "-fPIC", *include, source, *flags, "-o", out]
+    built = subprocess.run(command, capture_output=True, text=True)
+    if built.returncode != 0:
+        raise SystemExit(f"instructions: building {source} failed:\n{built.stderr}")
+    return out
+
+
+def build_dws_nolog(tmpdir):
+    """dws.so as it is built for installing, but with
+    RUNTIME_BENCH_NO_RECORD (jobtap/runtime.c): no hold-log commit sent,
+    each answered at once.  Built into ``tmpdir``/dws-nolog, for the
+    benchmark only; it runs the interpreter and package of this one."""
+    from flux_epilog_gate.jobtap.build import Extension, compile_plugin
+    from flux_epilog_gate.plugin import cbuild
+
+    dws = cbuild.dws_extension()
+    extension = Extension(
+        dws.source, dws.cdef, dict(dws.defines, RUNTIME_BENCH_NO_RECORD=1)
+    )
+    return compile_plugin(
+        os.path.join(tmpdir, "dws-nolog"),
+        cbuild.DWS_NAME,
+        cbuild.DWS_TARGET,
+        extension=extension,
+        site_levels=0,
+        python=sys.executable,
+    )
+
+
+def bench_plugins(configs, tmpdir, environ=os.environ):
+    """The plugins ``configs`` load that are not installed (FOREIGN ones
+    and dws-nolog), by name, and the configurations left out for want
+    of one (name -> what to set)."""
+    paths, missing = foreign_plugins(configs, tmpdir, environ)
+    if any("dws-nolog" in RABBIT[config] for config in configs):
+        paths["dws-nolog"] = build_dws_nolog(tmpdir)
+    return paths, missing
+
+
+def foreign_plugins(configs, tmpdir, environ=os.environ):
+    """The paths of the FOREIGN plugins ``configs`` load (by name), and
+    the configurations left out for want of one (name -> what to set)."""
+    names = {name for config in configs for name in RABBIT[config] if name in FOREIGN}
+    paths = {}
+    if "dws-jobtap" in names:
+        path = dws_jobtap_so(tmpdir, environ)
+        if path is not None:
+            paths["dws-jobtap"] = path
+    missing = {
+        config: FOREIGN[name]
+        for config in configs
+        for name in RABBIT[config]
+        if name in FOREIGN and name not in paths
+    }
+    return paths, missing
+
+
+def rabbit_plugin_path(name, paths):
+    """Where plugin ``name`` of RABBIT is: one of ``paths``
+    (bench_plugins), else the project's installed one."""
+    return paths[name] if name in paths else plugin_path(name)
+
+
+def inner_rabbit(config, jobs, outdir, paths):
     """Inside the instance: load the configuration's plugins, start the
     fake DWS service, warm up, then run ``jobs`` rabbit jobs with
     callgrind's instrumentation on."""
@@ -142,7 +244,8 @@ def inner_rabbit(config, jobs, outdir):
 
     h = flux.Flux()
     for name in RABBIT[config]:
-        h.rpc("job-manager.jobtap", {"load": plugin_path(name)}).get()
+        path = rabbit_plugin_path(name, paths)
+        h.rpc("job-manager.jobtap", {"load": path}).get()
     service = subprocess.Popen(
         [sys.executable, SERVICE, os.path.join(outdir, "dws.log")],
         stdout=subprocess.PIPE,
@@ -195,13 +298,13 @@ def inner_durable(config, jobs, outdir):
             f.write(str(Plugins.synced_commits(h, kind) - before))
 
 
-def inner(config, workload, jobs, outdir):
+def inner(config, workload, jobs, outdir, paths):
     """Inside the instance: load the configuration's plugin, warm up, then
     drive ``jobs`` jobs with callgrind's instrumentation on."""
     import flux
 
     if workload == "rabbit":
-        inner_rabbit(config, jobs, outdir)
+        inner_rabbit(config, jobs, outdir, paths)
         return
     if workload == "durable":
         inner_durable(config, jobs, outdir)
@@ -221,9 +324,9 @@ def inner(config, workload, jobs, outdir):
         drive(client, ids, workload, gated)
 
 
-def measure(config, jobs, workdir, workload="exception", rep=None):
-    """Run one configuration (repetition ``rep``, if several); return the
-    job-manager thread's profile."""
+def measure(config, jobs, workdir, workload="exception", rep=None, paths=None):
+    """Run one configuration (repetition ``rep``, if several; ``paths``:
+    foreign_plugins'); return the job-manager thread's profile."""
     name = f"{workload}-{config}" if rep is None else f"{workload}-{config}-{rep}"
     out = os.path.join(workdir, name)
     shutil.rmtree(out, ignore_errors=True)
@@ -253,6 +356,8 @@ def measure(config, jobs, workdir, workload="exception", rep=None):
             str(jobs),
             "--workdir",
             out,
+            "--plugin-paths",
+            json.dumps(paths or {}),
         ],
         check=True,
         capture_output=True,
@@ -356,6 +461,10 @@ RATIOS = (
     ("native-durable", "native"),
     ("native-durable-lazy", "native-durable"),
     ("dws", "bare"),
+    ("dws", "dws-jobtap"),
+    ("dws-nolog", "dws-jobtap"),
+    ("dws", "dws-nolog"),
+    ("dws+gate", "dws-jobtap"),
     ("dws+gate", "bare"),
     ("dws+gate", "dws"),
     ("gate", "native-synced"),
@@ -374,7 +483,10 @@ def combined(runs):
     return dict(ordered[(len(ordered) - 1) // 2], runs=runs)
 
 
-def report(results, jobs, workload):
+def report(results, jobs, workload, missing=None):
+    """Print one workload's table and ratios; ``missing``: configurations
+    not measured (name -> why), said so plainly."""
+    missing = missing or {}
     print(f"job-manager thread, {workload} path, {jobs} jobs per configuration")
     print(f"  {'config':16}{'instr/job':>12}{'of it Python':>14}{'fnmatch/job':>13}")
     for config, r in results.items():
@@ -386,6 +498,8 @@ def report(results, jobs, workload):
             f"  {config:16}{r['instructions_per_job'] / 1e3:>11.1f}k"
             f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}" + spread
         )
+    for config, why in missing.items():
+        print(f"  {config:16}not measured ({why})")
     if workload == "durable":
         report_threads(results)
     print(
@@ -394,6 +508,8 @@ def report(results, jobs, workload):
     for a, b in RATIOS:
         if a in results and b in results:
             print(f"  {a} / {b}: {_ratios(results[a], results[b])}")
+        elif a in results and b in missing:
+            print(f"  {a} / {b}: not measured ({b} was not)")
 
 
 def report_threads(results):
@@ -472,15 +588,16 @@ def parse_args():
     parser.add_argument("--keep", help="keep the callgrind profiles in this directory")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    parser.add_argument("--plugin-paths", default="{}", help=argparse.SUPPRESS)
     return parser.parse_args()
 
 
-def run_configs(configs, workload, args, workdir):
+def run_configs(configs, workload, args, workdir, paths=None):
     """Each configuration's runs: ``args.repeat`` rounds of all of them,
     each round in the order of the one before turned by one, so that no
     configuration always runs first."""
     runs = {config: [] for config in configs}
-    for rep in range(args.repeat):
+    for rep in range(args.repeat if configs else 0):
         turn = rep % len(configs)
         for config in configs[turn:] + configs[:turn]:
             label = f" (run {rep + 1} of {args.repeat})" if args.repeat > 1 else ""
@@ -488,7 +605,12 @@ def run_configs(configs, workload, args, workdir):
                 f"instructions: {workload} {config}{label}", file=sys.stderr, flush=True
             )
             result = measure(
-                config, args.jobs, workdir, workload, rep if args.repeat > 1 else None
+                config,
+                args.jobs,
+                workdir,
+                workload,
+                rep if args.repeat > 1 else None,
+                paths,
             )
             if not args.keep:
                 del result["profile"]
@@ -499,7 +621,8 @@ def run_configs(configs, workload, args, workdir):
 def main():
     args = parse_args()
     if args.inner:
-        inner(args.inner, args.workloads, args.jobs, args.workdir)
+        paths = json.loads(args.plugin_paths)
+        inner(args.inner, args.workloads, args.jobs, args.workdir, paths)
         return
     for tool in ("valgrind", "callgrind_control", "callgrind_annotate"):
         if not shutil.which(tool):
@@ -511,16 +634,30 @@ def main():
         raise SystemExit("instructions: --repeat must be 1 or more")
     plan = {w: configs_of(w, args.configs) for w in workloads}
     results = {}
+    missing = {}
     with tempfile.TemporaryDirectory(prefix="epilog-gate-cg-") as tmp:
         workdir = args.keep or tmp
         os.makedirs(workdir, exist_ok=True)
+        paths = {}
+        if "rabbit" in plan:
+            paths, missing = bench_plugins(plan["rabbit"], workdir)
+            plan["rabbit"] = [c for c in plan["rabbit"] if c not in missing]
         for workload in workloads:
-            runs = run_configs(plan[workload], workload, args, workdir)
+            runs = run_configs(plan[workload], workload, args, workdir, paths)
             results[workload] = {c: combined(r) for c, r in runs.items()}
     for workload in workloads:
-        report(results[workload], args.jobs, workload)
+        report(
+            results[workload],
+            args.jobs,
+            workload,
+            missing if workload == "rabbit" else None,
+        )
     output = args.output or result_path("instructions")
-    write_results(output, {"jobs": args.jobs, "workloads": results}, indent=2)
+    write_results(
+        output,
+        {"jobs": args.jobs, "workloads": results, "not_measured": missing},
+        indent=2,
+    )
     print(f"results: {output}")
 
 

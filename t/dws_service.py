@@ -16,9 +16,12 @@ or hang:
 Every request is appended to LOG as one JSON line ``{topic, payload}``,
 and each answer it gets from the plugin as ``{reply: topic, errnum?,
 error?}``.  It prints ``ready`` once the service is registered.
+With ``--create-answer FILE`` every ``dws.create`` is answered with the
+text FILE holds at that moment, raw, and nothing follows (the tests of
+the plugin's reading of answers).
 Usage: ``python dws_service.py LOG [--create-fail] [--create-hang] [--setup-fail]
 [--setup-hang] [--post-run-fail] [--post-run-hang] [--bad-update]
-[--exclude JSON] [--variables JSON]``.
+[--exclude JSON] [--variables JSON] [--create-answer FILE]``.
 """
 
 import argparse
@@ -82,6 +85,10 @@ class Service:
 
     def create(self, msg, payload):
         jobid = payload["jobid"]
+        if self.args.create_answer:
+            with open(self.args.create_answer) as f:
+                self.h.respond(msg, f.read())
+            return
         if jobid in self.created:
             # Like the real service, whose Kubernetes refuses a second
             # workflow of the same name.
@@ -149,6 +156,7 @@ def main():
         parser.add_argument(flag, action="store_true")
     parser.add_argument("--exclude", default='{"properties": ["^nothing"]}')
     parser.add_argument("--variables", default='{"DW_JOB_X": "/mnt/x"}')
+    parser.add_argument("--create-answer")
     args = parser.parse_args()
     handle = flux.Flux()
     handle.service_register("dws").get()

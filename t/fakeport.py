@@ -356,6 +356,12 @@ class FakePort:
             (EXCEPTION, {"note": note, "severity": 0, "type": "dependency"})
         )
 
+    def raise_job_exception(self, jobid, type, severity, note):
+        self._maybe_fail(EXCEPTION)
+        self.events[jobid].append(
+            (EXCEPTION, {"note": note, "severity": severity, "type": type})
+        )
+
     def want_run(self, jobid):
         self.run_wanted.add(jobid)
 
@@ -366,6 +372,10 @@ class FakePort:
 
     def untrack(self, jobid):
         self.tracked.pop(jobid, None)
+
+    def untrack_events(self, jobid):
+        if jobid in self.tracked:
+            self.tracked[jobid] = False
 
     def kvs_commit(self, key, text, append, callback, sync=False):
         self.synced.append(sync)

@@ -165,7 +165,7 @@ def test_ratios_of_repeated_runs_are_of_the_medians_then_run_by_run():
 def test_runs_alternate_so_no_configuration_always_runs_first(monkeypatch):
     order = []
 
-    def measure(config, jobs, workdir, workload, rep):
+    def measure(config, jobs, workdir, workload, rep, paths=None):
         order.append((config, rep))
         return {"instructions_per_job": 1.0, "profile": "p"}
 
@@ -248,3 +248,104 @@ def test_python_profile_sorts_each_function_by_its_source_file():
         "cffi",
         "other (sliceobject.c)",
     ]
+
+
+def test_dws_jobtap_is_not_measured_without_a_tree_or_a_plugin(tmp_path):
+    configs = ["bare", "dws-jobtap", "dws"]
+    paths, missing = instructions.foreign_plugins(configs, str(tmp_path), {})
+    assert paths == {}
+    assert list(missing) == ["dws-jobtap"]
+    assert "CORAL2_SRC" in missing["dws-jobtap"]
+    assert "DWS_JOBTAP_SO" in missing["dws-jobtap"]
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_prebuilt_dws_jobtap_is_taken_as_it_is(tmp_path, monkeypatch):
+    so = tmp_path / "dws-jobtap.so"
+    so.write_bytes(b"")
+    monkeypatch.setattr(instructions.subprocess, "run", _no_build)
+    environ = {"DWS_JOBTAP_SO": str(so), "CORAL2_SRC": "/nowhere"}
+    paths, missing = instructions.foreign_plugins(
+        ["dws-jobtap", "dws"], str(tmp_path), environ
+    )
+    assert paths == {"dws-jobtap": str(so)} and missing == {}
+
+
+def _no_build(*args, **kwargs):
+    raise AssertionError("nothing is built")
+
+
+@pytest.mark.parametrize(
+    "environ, message",
+    [
+        ({"DWS_JOBTAP_SO": "/nowhere/dws-jobtap.so"}, "DWS_JOBTAP_SO=/nowhere"),
+        ({"CORAL2_SRC": "/nowhere"}, "CORAL2_SRC=/nowhere: no src/job-manager"),
+    ],
+)
+def test_a_dws_jobtap_that_is_not_there_is_named(tmp_path, environ, message):
+    with pytest.raises(SystemExit, match=message):
+        instructions.foreign_plugins(["dws-jobtap"], str(tmp_path), environ)
+
+
+def test_dws_jobtap_is_built_alone_from_the_tree(tmp_path, monkeypatch):
+    source = tmp_path / "src" / "job-manager" / "plugins" / "dws-jobtap.c"
+    source.parent.mkdir(parents=True)
+    source.write_text("")
+    commands = []
+
+    def run(command, **kwargs):
+        commands.append(command)
+        out = "-I/flux -lflux-core -ljansson" if command[0] == "pkg-config" else ""
+        return SimpleNamespace(returncode=0, stdout=out, stderr="")
+
+    monkeypatch.setattr(instructions.subprocess, "run", run)
+    out = tmp_path / "out"
+    environ = {"CORAL2_SRC": str(tmp_path)}
+    paths, missing = instructions.foreign_plugins(["dws-jobtap"], str(out), environ)
+    assert missing == {}
+    assert paths == {"dws-jobtap": str(out / "dws-jobtap.so")}
+    assert commands[-1] == [
+        "gcc",
+        "-O2",
+        "-shared",
+        "-fPIC",
+        f"-I{tmp_path}",
+        f"-I{tmp_path}/src/common",
+        str(source),
+        "-I/flux",
+        "-lflux-core",
+        "-ljansson",
+        "-o",
+        str(out / "dws-jobtap.so"),
+    ]
+
+
+def test_configurations_that_load_no_foreign_plugin_need_none(tmp_path):
+    paths, missing = instructions.foreign_plugins(["bare", "dws"], str(tmp_path), {})
+    assert paths == {} and missing == {}
+
+
+def test_a_row_not_measured_is_said_so_with_its_ratios(capsys):
+    row = {"instructions_per_job": 2.0e6, "python_per_job": 0.0, "fnmatch_per_job": 1}
+    results = {"bare": dict(row), "dws": dict(row, instructions_per_job=3.0e6)}
+    missing = {"dws-jobtap": instructions.FOREIGN["dws-jobtap"]}
+    instructions.report(results, 20, "rabbit", missing)
+    out = capsys.readouterr().out
+    assert "dws-jobtap      not measured (set CORAL2_SRC" in out
+    assert "dws / bare: 1.500" in out
+    assert "dws / dws-jobtap: not measured" in out
+
+
+def test_dws_nolog_is_built_for_the_run_that_asks_for_it(tmp_path, monkeypatch):
+    built = []
+
+    def build(tmpdir):
+        built.append(tmpdir)
+        return f"{tmpdir}/dws-nolog/dws.so"
+
+    monkeypatch.setattr(instructions, "build_dws_nolog", build)
+    paths, missing = instructions.bench_plugins(["bare", "dws"], str(tmp_path), {})
+    assert (paths, missing, built) == ({}, {}, [])
+    paths, missing = instructions.bench_plugins(["dws-nolog"], str(tmp_path), {})
+    assert paths == {"dws-nolog": f"{tmp_path}/dws-nolog/dws.so"} and missing == {}
+    assert instructions.rabbit_plugin_path("dws-nolog", paths) == paths["dws-nolog"]

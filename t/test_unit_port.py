@@ -119,7 +119,6 @@ PLUGIN_SIDE = {
     "answer_hold",
     "answer_release",
     "answer_error",
-    "all_events",
 }
 
 

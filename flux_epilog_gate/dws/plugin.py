@@ -29,12 +29,12 @@ dws.so is a plugin of the gate (:class:`~flux_epilog_gate.plugin.GateDriver`):
 alone, it loads the gate and drives it; beside epilog-gate.so both share
 the one gate of their job-manager (see :mod:`flux_epilog_gate.plugin.host`).
 Other jobs never enter Python in this plugin: its ``job.state.depend`` is
-filtered in C.
+filtered in C.  The service's requests are packed, sent and answered in
+C (service.c): Python hears of one only if it failed
+(:meth:`Dws.call_failed`), and never decodes a rabbit job's jobspec.
 """
 
 import errno
-import json
-import math
 import syslog
 
 import flux.constants
@@ -42,7 +42,7 @@ from flux.job import JobID
 
 from ..errors import GateError
 from ..gate import protocol
-from ..gate.config import Config
+from ..gate.config import Config, ConfigError
 from ..gate.holds import ACTIVE
 from ..gate.holds import DEPEND as DEPEND_POINT
 from ..gate.holds import EPILOG as EPILOG_POINT
@@ -50,6 +50,7 @@ from ..gate.holds import PROLOG as PROLOG_POINT
 from ..jobtap.plugin import Refused, RequestError, job_topic, plugin_topic
 from ..jobtap.plugin import request as rpc_method
 from ..plugin import GateDriver, after_recovery
+from .config import epilog_timeout
 from .constraints import ConstraintError, combine
 from .eventlog import created_before, held_actions
 from .names import (
@@ -72,21 +73,20 @@ CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
 #: Where each of a rabbit job's holds keeps it.
 POINTS = {CREATE: DEPEND_POINT, SETUP: PROLOG_POINT, EPILOG: EPILOG_POINT}
 
+#: What service.c tells dws_py_failed failed (its enum dws_call).
+CALL_CREATE, CALL_SETUP, CALL_POST_RUN, CALL_R = range(4)
+
+#: The key paths of a job that resource-update reads, and the keys of
+#: its attributes.system they are.
+STATE = "state"
+SYSTEM = {
+    "jobspec.attributes.system.constraints": "constraints",
+    "jobspec.attributes.system.allow_rabbits": "allow_rabbits",
+}
+
 
 def f58(jobid):
     return JobID(jobid).f58
-
-
-def answer_of(future):
-    """``(success, errstr)`` of a DWS service's answer; OSError if the
-    request failed, ValueError if the answer is not of that shape."""
-    answer = future.get()
-    if not isinstance(answer, dict) or not isinstance(answer.get("success"), bool):
-        raise ValueError("answer has no boolean 'success'")
-    errstr = answer.get("errstr")
-    if errstr is not None and not isinstance(errstr, str):
-        raise ValueError("'errstr' is not a string")
-    return answer["success"], errstr
 
 
 def missing_keys(payload, keys):
@@ -107,6 +107,16 @@ def missing_keys(payload, keys):
     return None
 
 
+def exception_of(context):
+    """The job exception whose event context is ``context``, as the
+    gate records it with the end of a hold (``{type, severity, note}``),
+    or True if it has no type (the gate then records none)."""
+    kind, note = context.get("type"), context.get("note", "")
+    if not isinstance(kind, str) or not kind or not isinstance(note, str):
+        return True
+    return {"type": kind, "severity": 0, "note": note}
+
+
 def not_started(jobid, description, why=None):
     """The error of a request to end a prolog or epilog that is not open."""
     action = "prolog" if description == SETUP else "epilog"
@@ -114,16 +124,6 @@ def not_started(jobid, description, why=None):
     if why is not None:
         text += f": it has not started, {why}"
     return text
-
-
-def parse_timeout(options):
-    """The epilog timeout of the load options (seconds, <= 0: none)."""
-    value = options.get("epilog-timeout", 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Refused(f"dws: epilog-timeout: {value!r} is not a number of seconds")
-    if not math.isfinite(value):
-        raise Refused(f"dws: epilog-timeout: {value!r} is not finite")
-    return float(value)
 
 
 class Dws(GateDriver):
@@ -137,11 +137,30 @@ class Dws(GateDriver):
     def __init__(self, jobtap):
         super().__init__(jobtap)
         self.epilog_timeout = 0.0
+        #: Why the epilog timeout in force is not the load's (a load
+        #: despite a bad one while the instance started), or None.
+        self.config_error = None
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
         #: Jobs whose lost holds' workflow this instance tore down.
         self.torn = set()
+        #: When this instance became a listener of the gate.
+        self.listening_since = None
+
+    @classmethod
+    def bind_externs(cls, ffi, lib):
+        """Define the extern "Python" function service.c calls when a
+        request to the service failed."""
+
+        @ffi.def_extern()
+        def dws_py_failed(handle, jobid, kind, errnum, errstr):
+            plugin = ffi.from_handle(handle)
+            text = None if errstr == ffi.NULL else ffi.string(errstr)
+            try:
+                plugin.call_failed(jobid, kind, errnum, text)
+            except Exception:  # noqa: BLE001 - inside the job-manager
+                plugin.jobtap.log_exception("dws request")
 
     # Configuration
 
@@ -151,7 +170,7 @@ class Dws(GateDriver):
         nothing: the options are the load's)."""
         if self.configured:
             return
-        timeout = parse_timeout(self.jobtap.load_options())
+        timeout = self._timeout()
         if not self.jobtap.load_options_given():
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
         self.log(syslog.LOG_INFO, f"epilog timeout = {timeout:.3f}s")
@@ -159,9 +178,30 @@ class Dws(GateDriver):
         # The gate dws.so loads (alone) has the defaults: epilog-gate's
         # configuration is epilog-gate.so's.
         self.commit(Config())
+        # A cancel while dws.so is removed ends dws-setup all the same.
+        self.gate.end_when_aborted(SETUP)
         self.gate.add_listener(self)
+        #: Activations from now on are told to this instance.
+        self.listening_since = self.jobtap.now()
         self.configured = True
         self.when_ready(self.adopt)
+
+    def _timeout(self):
+        """The load's epilog timeout.  A bad one fails the load (Refused),
+        unless the instance is starting: then, as the C plugin does, the
+        plugin runs without a timeout and says why (an error in the log
+        and ``config_error`` in its query)."""
+        try:
+            return epilog_timeout(self.jobtap.load_options())
+        except ConfigError as exc:
+            if not self.instance_starting():
+                raise Refused(f"dws: {exc}") from None
+            self.config_error = (
+                f"{exc}: loaded without an epilog timeout (fix the option, "
+                "then load dws.so again)"
+            )
+            self.log(syslog.LOG_ERR, self.config_error)
+            return 0.0
 
     def forward(self, new=False, depend=False):
         """The gate's job.new while it loads; every rabbit job's
@@ -173,6 +213,7 @@ class Dws(GateDriver):
     def query(self, args):
         return {
             "epilog-timeout": self.epilog_timeout,
+            "config_error": self.config_error,
             "drives-gate": self.driving,
             "prologs": self._active(SETUP),
             "epilogs": self._active(EPILOG),
@@ -186,16 +227,20 @@ class Dws(GateDriver):
 
     def fail(self, jobid, type, errstr):
         """Raise a fatal exception of ``type`` on the job for a failed
-        interaction with the DWS service."""
-        self.raise_exception(
+        interaction with the DWS service; return it (see
+        :meth:`raise_exception`)."""
+        return self.raise_exception(
             jobid, type, FAILED + (errstr or "<no error string provided>")
         )
 
     def raise_exception(self, jobid, type, note):
+        """Raise a fatal exception on the job; return it as the gate
+        records it with the end of a hold, ``{type, severity, note}``."""
         try:
             self.jobtap.jobs.raise_exception(jobid, type, 0, note)
         except OSError as exc:
             self.log(syslog.LOG_ERR, f"raising {type} on {f58(jobid)}: {exc}")
+        return {"type": type, "severity": 0, "note": note}
 
     def holds(self, jobid):
         """The job's holds in the gate ({} if none)."""
@@ -206,9 +251,11 @@ class Dws(GateDriver):
         return hold is not None and hold.state == ACTIVE
 
     def release(self, jobid, description, status, raised=False):
-        """Release the job's hold; True if it held.  ``raised``: this
-        plugin raised the job's fatal exception itself (the gate raises
-        none)."""
+        """Release the job's hold; True if it held.  ``raised``: the job's
+        fatal exception is this plugin's or the one it ended the hold for
+        (the gate raises none), ``{type, severity, note}`` if known: the
+        gate records it with the end, and raises it again should a crash
+        lose it."""
         released, _ = self.gate.release(jobid, description, status, raised=raised)
         return released
 
@@ -224,69 +271,68 @@ class Dws(GateDriver):
             if POINTS.get(entry["description"]) == entry.get("point"):
                 self.teardown_lost(entry["id"], entry["description"])
         for jobid in self._active(SETUP):
-            if since is not None and self.holds(jobid)[SETUP].t_start >= since:
+            if self.state_of(jobid) == CLEANUP and self.is_rabbit(jobid):
+                # Its fatal exception came while dws.so was not loaded.
+                self.end_aborted_setup(jobid)
+        for jobid in self._active(SETUP):
+            if self.unseen(since, self.holds(jobid)[SETUP].t_start):
                 if self.is_rabbit(jobid):
                     self.start_setup(jobid)
         for jobid in self._active(EPILOG):
             t_start = self.holds(jobid)[EPILOG].t_start
-            if since is not None and t_start >= since and self.is_rabbit(jobid):
+            if self.unseen(since, t_start) and self.is_rabbit(jobid):
                 self.start_epilog(jobid, t_start)
             else:
                 self.arm_timeout(jobid, t_start)
+
+    def unseen(self, since, t_start):
+        """True if an activation at ``t_start`` came after dws.so left
+        this job-manager (at ``since``, None if it never did) and before
+        this instance listened."""
+        return since is not None and since <= t_start < self.listening_since
 
     # Dependency: dws-create
 
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def on_depend(self, job):
-        jobspec = job.jobspec
-        system = jobspec["attributes"]["system"]
-        tolerance = system.get("dw_failure_tolerance", 0)
-        resources = jobspec.get("resources")
-        if type(tolerance) is not int or resources is None:
+        # The jobspec is read in C (service.c), never decoded here.
+        if self.jobtap.lib.dws_check_args(self.jobtap.p, job.args) < 0:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
-        payload = {
-            "dw_directives": system["dw"],
-            "jobid": job.id,
-            "resources": resources,
-            "userid": job.userid,
-            "failure_tolerance": tolerance,
-        }
         if self.gate.recovering(job.id):
             # Held before this load, maybe: its holds are being read back.
             jobid = job.id
-            self.when_ready(lambda: self.recovered(jobid, payload))
+            self.when_ready(lambda: self.recovered(jobid))
             return
-        self.begin(job.id, payload, inherited=self.loading)
+        self.begin(job.id, job.args, inherited=self.loading, known=(DEPEND, job.userid))
 
-    def recovered(self, jobid, payload):
-        try:
-            state = self.jobtap.jobs.lookup(jobid).get("state")
-        except OSError:
-            return
+    def recovered(self, jobid):
+        state = self.state_of(jobid)
         if state == DEPEND:
-            self.begin(jobid, payload, inherited=True)
+            self.begin(jobid, None, inherited=True)
 
-    def begin(self, jobid, payload, inherited=False):
+    def begin(self, jobid, args, inherited=False, known=None):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
-        was done before this load."""
+        was done before this load.  ``args``: the job's callback's
+        arguments (None: it is looked up); ``known``: its ``(state,
+        userid)`` (from its callback)."""
         holds = self.holds(jobid)
         if CREATE in holds or self.gate.gone(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
             # has the job's workflow.
             return
         if not inherited:
-            self.hold_all(jobid)
-            self.send_create(jobid, payload)
+            self.hold_all(jobid, known=known)
+            self.send_create(jobid, args)
             return
         # A job in DEPEND that the gate never held: another plugin (such
         # as dws-jobtap.so) may have asked for its storage already.
         self.jobtap.kvs.read(
             f"{JobID(jobid).kvs}.eventlog",
-            lambda text, error: self.inherit(jobid, payload, text, error),
+            lambda text, error: self.inherit(jobid, text, error),
         )
 
-    def inherit(self, jobid, payload, text, error):
+    def inherit(self, jobid, text, error):
         if error is None and created_before(text, self.jobtap.now()):
             self.log(
                 syslog.LOG_INFO,
@@ -295,16 +341,28 @@ class Dws(GateDriver):
             self.hold_all(jobid, create=False)
             return
         if self.hold_all(jobid):
-            self.send_create(jobid, payload)
+            self.send_create(jobid, None)
 
-    def hold_all(self, jobid, create=True):
+    def hold_all(self, jobid, create=True, known=None):
         """Register the job's holds: dws-create (active at once), dws-setup
-        and dws-epilog (pending).  False if dws-create could not be."""
+        and dws-epilog (pending).  False if dws-create could not be.
+        ``known``: the job's ``(state, userid)``, from its callback.  The
+        three records go to the hold log in one commit."""
+        with self.gate.together():
+            return self._hold_all(jobid, create, known)
+
+    def _hold_all(self, jobid, create, known):
         for description, point in POINTS.items():
             if description == CREATE and not create:
                 continue
             try:
-                self.gate.hold(jobid, description, point=point, default_timeout=False)
+                self.gate.hold(
+                    jobid,
+                    description,
+                    point=point,
+                    default_timeout=False,
+                    known=known,
+                )
             except GateError as exc:
                 if description != CREATE:
                     self.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
@@ -320,21 +378,41 @@ class Dws(GateDriver):
                 return False
         return True
 
-    def send_create(self, jobid, payload):
-        self.jobtap.messages.rpc(
-            "dws.create", payload, lambda f: self.created(jobid, f)
-        )
+    def send_create(self, jobid, args):
+        """Send ``dws.create`` {dw_directives, jobid, resources, userid,
+        failure_tolerance}, packed in C from ``args`` (the job's
+        callback's; None: the job looked up)."""
+        jobtap = self.jobtap
+        if jobtap.lib.dws_create(jobtap.p, jobid, args or jobtap.ffi.NULL) < 0:
+            unpacked = jobtap.oserror().errno != errno.EPROTO
+            self.log(syslog.LOG_ERR, f"Failed to send dws.create RPC for {f58(jobid)}")
+            note = "Failed to send dws.create RPC"
+            if not unpacked:
+                note = "jobtap plugin failed to unpack args"
+            self.raise_exception(jobid, "dws", note)
 
-    def created(self, jobid, future):
-        try:
-            success, errstr = answer_of(future)
-        except (OSError, ValueError) as exc:
-            nosys = getattr(exc, "errno", None) == errno.ENOSYS
+    def call_failed(self, jobid, kind, errnum, errstr):
+        """A request to the service failed (service.c): ``errnum`` if it
+        did (or its answer is not ``{success, errstr?}``), else 0 and the
+        ``errstr`` (bytes or None) of its answer's success false."""
+        if errstr is not None:
+            errstr = errstr.decode("utf-8", "replace")
+        if kind == CALL_CREATE:
+            self.created(jobid, errnum, errstr)
+        elif kind == CALL_SETUP:
+            self.set_up(jobid, errnum, errstr)
+        elif kind == CALL_R:
+            self.setup_failed(jobid, "Failed to unpack R")
+        elif kind == CALL_POST_RUN:
+            self.post_ran(jobid, errnum, errstr)
+
+    def created(self, jobid, errnum, errstr):
+        if errnum:
+            nosys = errnum == errno.ENOSYS
             errstr = NO_SERVICE if nosys else "Failed to unpack dws.create RPC"
             self.fail(jobid, CREATE, errstr)
             return
-        if not success:
-            self.fail(jobid, CREATE, errstr or "dws.create RPC returned failure")
+        self.fail(jobid, CREATE, errstr or "dws.create RPC returned failure")
 
     @rpc_method("resource-update")
     @after_recovery
@@ -355,14 +433,14 @@ class Dws(GateDriver):
             request.respond(None)
             return
         try:
-            job = self.jobtap.jobs.lookup(jobid)
+            job = self.jobtap.jobs.pick(jobid, STATE, *SYSTEM)
         except OSError:
             job = None
-        if job is None or job.get("state") != DEPEND:
+        if job is None or job.get(STATE) != DEPEND:
             raise RequestError(errno.ENOENT, "job not found in depend state")
         update = {"resources": payload["resources"]}
         if payload["exclude"] is not None:
-            system = job.get("jobspec", {}).get("attributes", {}).get("system", {})
+            system = {key: job[path] for path, key in SYSTEM.items() if path in job}
             update["attributes.system.constraints"] = self.constraints(
                 jobid, system, payload["exclude"]
             )
@@ -384,67 +462,78 @@ class Dws(GateDriver):
         request.respond(None)
 
     def constraints(self, jobid, system, exclude):
-        """The job's new constraints: its own joined with ``exclude``,
+        """The job's new constraints: its own (``system``, what
+        :func:`~.constraints.combine` reads of its ``attributes.system``)
+        joined with ``exclude``,
         checked whole (its own may be of a shape no matcher takes); on
         failure raise the job's exception and RequestError."""
         try:
             combined = combine(system, exclude)
-            check_constraint(combined, "attributes.system.constraints")
-        except (ConstraintError, Malformed) as exc:
+            if combined is not exclude:
+                # exclude alone was checked with the request.
+                check_constraint(combined, "attributes.system.constraints")
+        except (ConstraintError, Malformed, OSError, ValueError) as exc:
             errmsg = "Could not generate new constraints"
             self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
             self.fail(jobid, "dws", errmsg)
             raise RequestError(errno.EINVAL, f"{errmsg}: {exc}") from None
         return combined
 
+    def state_of(self, jobid):
+        """The job's state, None if it is not active."""
+        try:
+            return self.jobtap.jobs.info(jobid)[0]
+        except OSError:
+            return None
+
     # Prolog: dws-setup
 
     def activated(self, hold):
         """The gate made one of the job's holds active (a listener of the
-        gate, see :attr:`flux_epilog_gate.gate.Gate.listeners`)."""
+        gate, see :attr:`flux_epilog_gate.gate.Gate.listeners`).  The
+        job's exceptions matter from now on (see :meth:`exception`): its
+        events are asked for before anything can raise one."""
         if hold.description == SETUP and hold.point == PROLOG_POINT:
             if self.is_rabbit(hold.id):
+                self.gate.send_events(hold.id)
                 self.start_setup(hold.id)
         elif hold.description == EPILOG and hold.point == EPILOG_POINT:
             if self.is_rabbit(hold.id):
+                self.gate.send_events(hold.id)
                 self.start_epilog(hold.id, hold.t_start)
+
+    def wants_events(self, jobid):
+        """True while the job's exceptions would end its dws-setup or
+        dws-epilog (a listener of the gate)."""
+        return self.active(jobid, SETUP) or self.active(jobid, EPILOG)
+
+    def end_aborted_setup(self, jobid):
+        """End the dws-setup of a job that will never start: status 1,
+        and no exception of the gate's (the job has its fatal one)."""
+        if self.active(jobid, SETUP):
+            self.log(
+                syslog.LOG_INFO,
+                f"{f58(jobid)}: {SETUP} ended: the job will never start",
+            )
+            self.release(jobid, SETUP, 1, raised=True)
 
     def is_rabbit(self, jobid):
         """True if the job asks for rabbit storage (a hold of this name
-        on another job is someone else's)."""
-        try:
-            jobspec = self.jobtap.jobs.lookup(jobid).get("jobspec", {})
-        except OSError:
-            return False
-        return "dw" in jobspec.get("attributes", {}).get("system", {})
+        on another job is someone else's): seen in DEPEND by this
+        instance, or else looked up (in C: its jobspec is not decoded)."""
+        return bool(self.jobtap.lib.dws_is_rabbit(self.jobtap.p, jobid))
 
     def start_setup(self, jobid):
-        self.jobtap.kvs.read(
-            f"{JobID(jobid).kvs}.R",
-            lambda text, error: self.send_setup(jobid, text, error),
-        )
-
-    def send_setup(self, jobid, text, error):
-        if error is not None:
+        """Send ``dws.setup`` {jobid, R}, the job's R read from the KVS
+        first, in C."""
+        if self.jobtap.lib.dws_setup(self.jobtap.p, jobid) < 0:
             self.setup_failed(jobid, "Failed to unpack R")
-            return
-        try:
-            R = json.loads(text)
-        except ValueError:
-            self.setup_failed(jobid, "Failed to unpack R")
-            return
-        self.jobtap.messages.rpc(
-            "dws.setup", {"jobid": jobid, "R": R}, lambda f: self.set_up(jobid, f)
-        )
 
-    def set_up(self, jobid, future):
-        try:
-            success, errstr = answer_of(future)
-        except (OSError, ValueError):
+    def set_up(self, jobid, errnum, errstr):
+        if errnum:
             self.setup_failed(jobid, "Failed to unpack dws.setup RPC")
             return
-        if not success:
-            self.setup_failed(jobid, errstr or "dws.setup RPC returned failure")
+        self.setup_failed(jobid, errstr or "dws.setup RPC returned failure")
 
     def setup_failed(self, jobid, errstr):
         """The exception this raises ends the prolog (see exception)."""
@@ -481,6 +570,10 @@ class Dws(GateDriver):
             )
         self.post_environment(jobid, payload["variables"])
         self.release(jobid, SETUP, 0)
+        if not hold.aborted:
+            # Running (not aborted by its entry to CLEANUP): its events
+            # matter again only once its dws-epilog is active.
+            self.gate.stop_events(jobid)
         request.respond(None)
 
     def post_environment(self, jobid, variables):
@@ -527,11 +620,9 @@ class Dws(GateDriver):
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
         started = self.gate.posted(jobid, "start")
-        self.jobtap.messages.rpc(
-            "dws.post_run",
-            {"jobid": jobid, "run_started": started},
-            lambda f: self.post_ran(jobid, f),
-        )
+        jobtap = self.jobtap
+        if jobtap.lib.dws_post_run(jobtap.p, jobid, started) < 0:
+            self.finish_epilog(jobid, False, "Failed to send dws.post_run RPC")
 
     def arm_timeout(self, jobid, t_start):
         if self.epilog_timeout <= 0 or jobid in self.timers:
@@ -546,46 +637,36 @@ class Dws(GateDriver):
         if timer is not None:
             timer.stop()
 
-    def post_ran(self, jobid, future):
-        try:
-            success, errstr = answer_of(future)
-        except (OSError, ValueError):
+    def post_ran(self, jobid, errnum, errstr):
+        if errnum:
             self.finish_epilog(jobid, False, "Failed to send dws.post_run RPC")
             return
-        if not success:
-            self.finish_epilog(jobid, False, errstr)
+        self.finish_epilog(jobid, False, errstr)
 
     def epilog_timed_out(self, jobid):
         self.timers.pop(jobid, None)
-        try:
-            state = self.jobtap.jobs.lookup(jobid).get("state")
-        except OSError:
-            return
-        if state == CLEANUP:
+        if self.state_of(jobid) == CLEANUP:
             self.raise_exception(jobid, EPILOG_TIMEOUT, "DWS epilog timed out")
 
     def finish_epilog(self, jobid, success, errstr):
         """End the job's dws-epilog (status 0 on success, else 1 after an
         exception naming ``errstr``); True if it was held."""
+        raised = False
         if not success:
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to clean up DWS workflow object for job {f58(jobid)}",
             )
-            self.fail(jobid, EPILOG, errstr)
+            raised = self.fail(jobid, EPILOG, errstr)
         self.stop_timeout(jobid)
-        return self.release(jobid, EPILOG, 0 if success else 1, raised=not success)
+        return self.release(jobid, EPILOG, 0 if success else 1, raised=raised)
 
     @rpc_method("epilog-remove")
     @after_recovery
     def epilog_remove(self, request):
         """The job's storage is torn down: ``{id}``; let it go inactive."""
         jobid = self.payload_of(request, "epilog-remove", (), raise_on_job=False)["id"]
-        try:
-            state = self.jobtap.jobs.lookup(jobid).get("state")
-        except OSError:
-            state = None
-        if state != CLEANUP:
+        if self.state_of(jobid) != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.holds(jobid).get(EPILOG)
         if hold is None and not self.gate.gone(jobid, EPILOG):
@@ -614,14 +695,15 @@ class Dws(GateDriver):
         """A job exception of a job the gate holds."""
         if context.get("severity") != 0:
             return
+        raised = exception_of(context)
         if self.active(jobid, SETUP):
-            self.release(jobid, SETUP, 1, raised=True)
+            self.release(jobid, SETUP, 1, raised=raised)
         elif self.active(jobid, EPILOG):
             if context.get("type") == EPILOG_TIMEOUT:
                 # Answered, but nothing waits for the answer.
                 self.jobtap.messages.rpc("dws.abort", {"jobid": jobid})
                 self.stop_timeout(jobid)
-                self.release(jobid, EPILOG, 1, raised=True)
+                self.release(jobid, EPILOG, 1, raised=raised)
             else:
                 self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})
 
@@ -661,13 +743,13 @@ class Dws(GateDriver):
 
     # Requests
 
-    @rpc_method("list", guests=True)
+    @rpc_method("list", guests=True, max_bytes=protocol.REQUEST_BYTES_MAX)
     @after_recovery
     def list_request(self, request):
         """The gate's ``list``, served under dws's name too: with dws.so
         loaded alone, ``flux-epilog-gate list`` shows a rabbit job's holds."""
-        payload = request.payload
         try:
+            payload = request.payload
             payload = payload if payload is not None else {}
             jobid = protocol.parse_list(payload)
             text = self.gate.list_json(

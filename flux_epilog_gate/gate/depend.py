@@ -222,11 +222,13 @@ class DependPoint(HoldPoint):
     def _record_all(self):
         self._timer = None
         waiting, self._unrecorded = self._unrecorded, []
-        for hold, callback in waiting:
-            if hold is None:
-                self.holdlog.barrier(callback)
-            else:
-                self.holdlog.hold(hold, callback)
+        # In one batch, not the first alone and the others after it.
+        with self.holdlog.together():
+            for hold, callback in waiting:
+                if hold is None:
+                    self.holdlog.barrier(callback)
+                else:
+                    self.holdlog.hold(hold, callback)
 
     def _drop(self, job, hold, reason):
         # Nothing to post: the job is out of DEPEND.

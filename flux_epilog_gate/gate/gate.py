@@ -202,6 +202,14 @@ class Gate:
             lost_undelivered=len(self.lost_record),
         )
 
+    def end_when_aborted(self, description):
+        """Prolog holds ``description`` end with status 1 when their job
+        enters CLEANUP before it started, rather than wait for a release
+        (a plugin of the gate whose holds these are, such as dws's
+        ``dws-setup``): whichever plugin drives the gate then, also one
+        that knows nothing of them.  Kept with the gate across reloads."""
+        self.prolog.ends_aborted.add(description)
+
     def lost_holds(self):
         """The lost holds no service has taken yet (see
         :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first."""
@@ -237,6 +245,31 @@ class Gate:
 
     def has_listeners(self):
         return bool(self.listeners)
+
+    def want_events(self, jobid):
+        """True if some listener wants the events of job ``jobid`` now."""
+        return self.listeners.want_events(jobid)
+
+    def send_events(self, jobid):
+        """Have the events of held job ``jobid`` sent to the gate from now
+        on (its exceptions to the listeners): a listener asks for them
+        only while it has something to do with them."""
+        if jobid in self.jobs:
+            self.context.port.track(jobid, events=True)
+
+    def stop_events(self, jobid):
+        """A listener is done with the events of running job ``jobid``
+        (for now): they stop unless a listener still wants them.  Only
+        while the job runs: in CLEANUP the epilog point may be waiting
+        on them, and it asks for them itself when it enters CLEANUP."""
+        if jobid in self.jobs and not self.listeners.want_events(jobid):
+            self.context.port.untrack_events(jobid)
+
+    def together(self):
+        """A context in which the holds and releases made are recorded in
+        one batch of the hold log (see :meth:`HoldLog.together
+        <flux_epilog_gate.gate.holdlog.HoldLog.together>`)."""
+        return self.holdlog.together()
 
     def on_snapshot(self, snapshotted):
         """Call ``snapshotted()`` after each snapshot of the hold log

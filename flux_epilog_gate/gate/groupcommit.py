@@ -19,6 +19,7 @@ the form of each batch taken.
 import errno
 import json
 import syslog
+from contextlib import contextmanager
 
 from .logentries import KEY
 
@@ -81,15 +82,31 @@ class GroupCommit:
         self.prefix = None
         # Armed after a failed commit left records queued (RETRY_DELAY).
         self.retry_timer = None
+        # Inside together(): records wait for the end of the block.
+        self.gathering = 0
 
     # Records
+
+    @contextmanager
+    def together(self):
+        """Records added in the block go out in one batch: none is sent
+        before it ends (a caller registering several holds at once,
+        whose first record would otherwise go alone and the others
+        wait for its commit)."""
+        self.gathering += 1
+        try:
+            yield
+        finally:
+            self.gathering -= 1
+            if not self.gathering and self.in_flight is None:
+                self.kick()
 
     def add(self, line, callback):
         """Queue ``line``; ``callback(error)`` once it is durable."""
         self.queued.append(line)
         if callback is not None:
             self.waiters.append(callback)
-        if self.in_flight is None:
+        if self.in_flight is None and not self.gathering:
             self.kick()
 
     def waiting(self):
@@ -100,7 +117,8 @@ class GroupCommit:
         """Call ``callback`` once every record made so far is durable."""
         if self.queued:
             self.waiters.append(callback)
-            self.kick()
+            if not self.gathering:
+                self.kick()
         elif self.in_flight is not None and self.sent:
             self.in_flight.append(callback)
         else:

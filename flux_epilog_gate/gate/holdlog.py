@@ -20,10 +20,14 @@ Entries (RFC 18 eventlog lines):
     sent, see :mod:`flux_epilog_gate.gate.depend`)
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
-``epilog_gate.release {id, description, status}``
+``epilog_gate.release {id, description, status[, exception]}``
     an active hold was released: its ``epilog-finish`` reaches the job's
     eventlog only with the job-manager's own (unsynced) event batch, so
-    recovery finishes a hold that has this entry but no ``epilog-finish``
+    recovery finishes a hold that has this entry but no ``epilog-finish``;
+    ``exception`` (``{type, severity, note}``) only if the releaser raised
+    the job exception that goes with the end itself (a plugin of the gate,
+    such as dws's ``dws-epilog-timeout``): recovery raises it again if the
+    crash lost it too, rather than the gate's own
 
 An active hold is also told by the ``epilog-start`` the gate posted,
 marked with :data:`MARKER` and the hold's timeout: that is where its
@@ -352,13 +356,20 @@ class HoldLog:
         self.compaction.ended()
         self.commit.add(cancel_entry(hold, *self.port.stamp()), callback)
 
-    def release(self, hold, status, callback=None):
-        """Active ``hold`` was released with ``status``."""
+    def release(self, hold, status, callback=None, exception=None):
+        """Active ``hold`` was released with ``status`` (and ``exception``,
+        the job exception its releaser raised, see release_entry)."""
         now, text = self.port.stamp()
-        line = release_entry(hold, status, now, text)
+        line = release_entry(hold, status, now, text, exception)
         self.compaction.ended()
         self.snapshots.keep_release(now, line)
         self.commit.add(line, callback)
+
+    def together(self):
+        """A context in which the records made go out in one batch (see
+        :meth:`GroupCommit.together
+        <flux_epilog_gate.gate.groupcommit.GroupCommit.together>`)."""
+        return self.commit.together()
 
     def waiting(self):
         """How many callbacks wait for a commit (queued or in flight)."""

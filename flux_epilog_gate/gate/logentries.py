@@ -73,10 +73,15 @@ def cancel_entry(hold, timestamp, text=None):
     )
 
 
-def release_entry(hold, status, timestamp, text=None):
+def release_entry(hold, status, timestamp, text=None, exception=None):
     """The log line that records the release of active ``hold``;
-    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
+    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``);
+    ``exception``: the job exception the releaser raised with it."""
     jobid, description = hold.id, hold.description
+    if exception is not None:
+        context = {"id": jobid, "description": description, "status": status}
+        context["exception"] = exception
+        return _json_line(timestamp, RELEASE_EVENT, context)
     if (
         type(jobid) is int
         and type(status) is int

@@ -19,6 +19,9 @@ gate writes (see :func:`flux_epilog_gate.gate.logentries.hold_entry`):
 ``context.timeout``         (hold) absent, or a finite number > 0
 ``context.point``           (hold) absent, or a point the gate knows
 ``context.status``          (release) an integer that fits a C int
+``context.exception``       (release) absent, or ``{type, severity, note}``
+                            (a non-empty string, 0 to 7, a string); of
+                            another shape it is left out, the release kept
 ==========================  ==================================================
 
 Other keys of an entry are ignored; the context handed on holds only the
@@ -160,7 +163,25 @@ def parse_entry(line):
         if not STATUS_MIN <= status <= STATUS_MAX:
             raise BadEntry(f"status {status} is out of range")
         clean["status"] = status
+        exception = raised_exception(context.get("exception"))
+        if exception is not None:
+            clean["exception"] = exception
     return jobid, (timestamp, name, clean)
+
+
+def raised_exception(value):
+    """The ``exception`` of a release entry, ``{type, severity, note}``,
+    if it is of that shape, else None: the release stands without it
+    (the gate then raises its own exception, as for a release recorded
+    without one)."""
+    if not isinstance(value, dict):
+        return None
+    kind, severity, note = value.get("type"), value.get("severity"), value.get("note")
+    if not isinstance(kind, str) or not kind or not isinstance(note, str):
+        return None
+    if isinstance(severity, bool) or severity not in range(8):
+        return None
+    return {"type": kind, "severity": severity, "note": note}
 
 
 def _version(context):

@@ -49,6 +49,11 @@ class Port(Protocol):
     def untrack(self, jobid):
         """Stop sending the job's callbacks to the gate."""
 
+    def untrack_events(self, jobid):
+        """Stop sending the tracked job's events (``track`` with
+        ``events`` asks for them again): a listener done with them while
+        the job runs (see ``Gate.stop_events``)."""
+
     def want_run(self, jobid):
         """Also send the tracked job's entry to RUN to the gate."""
 
@@ -96,6 +101,10 @@ class Port(Protocol):
 
     def raise_dependency(self, jobid, note):
         """Raise a fatal job exception (a failed dependency hold)."""
+
+    def raise_job_exception(self, jobid, type, severity, note):
+        """Raise a job exception of any type (one a releaser raised,
+        raised again by recovery should a crash lose it)."""
 
     def cancel(self, jobid, note):
         """Cancel the job (at shutdown-timeout)."""

@@ -45,6 +45,7 @@ class Requests:
         point=EPILOG,
         done=None,
         default_timeout=True,
+        known=None,
     ):
         """Register a hold; return ``(hold, created)``.
 
@@ -57,7 +58,9 @@ class Requests:
         the record cannot be committed, a hold this call created is
         withdrawn before ``done`` is told the error.  A ``timeout`` of
         None is the configured one, or with ``default_timeout`` False
-        none (an in-process caller with timeouts of its own).  A refusal
+        none (an in-process caller with timeouts of its own).  ``known``:
+        the job's ``(state, userid)``, given by a caller in the job's own
+        callback (its arguments have them), else looked up.  A refusal
         (GateError) comes before anything takes ``done``, which is then
         never called: the plugin gives back the request it holds.
         """
@@ -79,7 +82,7 @@ class Requests:
                 # The dependency point's barrier: it may hold records back.
                 self.points[DEPEND].barrier(partial(_again, existing, done))
             return existing, False
-        state, userid = self._check_hold(job, jobid, description, point)
+        state, userid = self._check_hold(job, jobid, description, point, known)
         if timeout is None and default_timeout:
             timeout = self.context.config.timeout
         t_hold, t_text = self.context.port.stamp()
@@ -114,12 +117,12 @@ class Requests:
             f"log to be committed (max-pending={bound}): try again later",
         )
 
-    def _check_hold(self, job, jobid, description, point):
+    def _check_hold(self, job, jobid, description, point, known=None):
         """Raise GateError if a new hold cannot be registered; else return
-        the job's ``(state, userid)``."""
+        the job's ``(state, userid)`` (``known``, or looked up)."""
         if self.context.shutdown is not None:
             self.context.shutdown.check_hold(jobid, description)
-        state, userid = self._job_info(jobid)
+        state, userid = known or self._job_info(jobid)
         if state == INACTIVE:
             raise GateError(errno.ENOENT, f"job {f58(jobid)} is inactive")
         self.points[point].check(job, jobid, state)

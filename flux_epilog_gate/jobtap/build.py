@@ -71,6 +71,7 @@ int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,
 int runtime_forward (flux_plugin_t *p, int topic, int on);
 int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events);
 void runtime_unmark (flux_plugin_t *p, flux_jobid_t id);
+void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id);
 int runtime_want (flux_plugin_t *p, flux_jobid_t id, int topic);
 int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
                         const char *context);
@@ -78,8 +79,14 @@ int runtime_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
                    int severity, const char *note);
 int runtime_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,
                         uint32_t *userid);
+char *runtime_job_pick (flux_plugin_t *p, flux_jobid_t id, const char *paths);
+int runtime_arg_value (flux_plugin_arg_t *args, const char *path, char **text);
+int runtime_job_value (flux_plugin_t *p, flux_jobid_t id, const char *path,
+                       char **text);
+void runtime_free (void *ptr);
 int runtime_service_register (flux_plugin_t *p, const char *name, int index,
-                              uint32_t rolemask, flux_msg_handler_f cb);
+                              uint32_t rolemask, size_t max_bytes,
+                              flux_msg_handler_f cb);
 int runtime_error (flux_plugin_t *p, flux_plugin_arg_t *args,
                    const char *text);
 void runtime_log (flux_plugin_t *p, int level, const char *text);

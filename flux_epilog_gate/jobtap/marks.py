@@ -22,6 +22,12 @@ class Marks:
         jobtap = self.jobtap
         jobtap.lib.runtime_unmark(jobtap.p, jobid)
 
+    def unsubscribe(self, jobid):
+        """Stop sending the job's job.event.* calls (its other calls
+        still come while it is marked)."""
+        jobtap = self.jobtap
+        jobtap.lib.runtime_unsubscribe(jobtap.p, jobid)
+
     def subscribe(self, jobid):
         """Send the job's job.event.* calls (and its other calls of the
         plugin's topics) to Python: :meth:`mark` with events."""

@@ -84,6 +84,7 @@ struct runtime_topic {
 struct runtime_method {
     struct runtime_ctx *ctx;
     int index;
+    size_t max_bytes;           /* largest payload taken (0: any) */
     struct runtime_method *next;
 };
 
@@ -348,6 +349,23 @@ static int runtime_wanted (flux_plugin_t *p,
     return t->mode != RUNTIME_TOPIC_WANTED || (mark->wants & (1u << i));
 }
 
+/* The value at dot-separated key path 'path' under 'o' (borrowed), or
+ * NULL if there is none.
+ */
+static json_t *runtime_walk (json_t *o, const char *path)
+{
+    char key[256];
+    char *saveptr = NULL;
+
+    if (strlen (path) >= sizeof (key))
+        return NULL;
+    snprintf (key, sizeof (key), "%s", path);
+    for (char *k = strtok_r (key, ".", &saveptr); k && o;
+         k = strtok_r (NULL, ".", &saveptr))
+        o = json_is_object (o) ? json_object_get (o, k) : NULL;
+    return o;
+}
+
 /* Does the job of 'args' have jobspec key 'path' (dot-separated)?  A
  * plugin that cares only for some jobs (say, those asking for a burst
  * buffer) names the key, and the others never enter Python.
@@ -355,17 +373,57 @@ static int runtime_wanted (flux_plugin_t *p,
 static int runtime_has_key (flux_plugin_arg_t *args, const char *path)
 {
     json_t *o = NULL;
-    char key[sizeof (((struct runtime_topic *)0)->require)];
-    char *saveptr = NULL;
 
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:o}",
                                 "jobspec", &o) < 0)
         return 0;
-    snprintf (key, sizeof (key), "%s", path);
-    for (char *k = strtok_r (key, ".", &saveptr); k && o;
-         k = strtok_r (NULL, ".", &saveptr))
-        o = json_is_object (o) ? json_object_get (o, k) : NULL;
-    return o != NULL;
+    return runtime_walk (o, path) != NULL;
+}
+
+/* The value at key path 'path' of the IN arguments 'args' as JSON text in
+ * '*text' (runtime_free() it), or NULL if there is none.  Only that value
+ * is encoded: what else the job holds (a user's attributes, however
+ * deep) never reaches Python's decoder.
+ */
+int runtime_arg_value (flux_plugin_arg_t *args, const char *path, char **text)
+{
+    json_t *root = NULL;
+    json_t *o;
+
+    *text = NULL;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "o", &root) < 0)
+        return -1;
+    if (strlen (path) >= 256) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!(o = runtime_walk (root, path)))
+        return 0;
+    if (!(*text = json_dumps (o, JSON_COMPACT | JSON_ENCODE_ANY))) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+/* runtime_arg_value() of active job 'id' (looked up by id). */
+int runtime_job_value (flux_plugin_t *p, flux_jobid_t id, const char *path,
+                       char **text)
+{
+    flux_plugin_arg_t *args;
+    int rc;
+
+    *text = NULL;
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return -1;
+    rc = runtime_arg_value (args, path, text);
+    flux_plugin_arg_destroy (args);
+    return rc;
+}
+
+void runtime_free (void *ptr)
+{
+    free (ptr);
 }
 
 static void runtime_unmark_current (flux_plugin_t *p, struct runtime_ctx *ctx,
@@ -584,6 +642,36 @@ static void runtime_respond_undecodable (flux_t *h, const flux_msg_t *msg)
         flux_log_error (h, "%s: responding", RUNTIME_NAME);
 }
 
+/* Answer a request whose payload is larger than its method takes
+ * (max_bytes): EMSGSIZE naming the method and the limit.  A request a
+ * plugin keeps (a stream's, one waiting on a commit) keeps its payload
+ * in the broker: the bound is what one request can make the broker
+ * hold.  Returns 1 if the request was answered so.
+ */
+int runtime_request_oversize (flux_t *h, const flux_msg_t *msg, void *arg)
+{
+    struct runtime_method *m = arg;
+    const void *data = NULL;
+    size_t size = 0;
+    const char *topic = NULL;
+    const char *method;
+    char text[160];
+
+    if (m->max_bytes == 0
+        || flux_msg_get_payload (msg, &data, &size) < 0
+        || size <= m->max_bytes)
+        return 0;
+    if (flux_msg_get_topic (msg, &topic) < 0 || !topic)
+        topic = "request";
+    method = strrchr (topic, '.');
+    snprintf (text, sizeof (text),
+              "%s: a payload of %zu bytes is more than the limit of %zu",
+              method ? method + 1 : topic, size, m->max_bytes);
+    if (flux_respond_error (h, msg, EMSGSIZE, text) < 0)
+        flux_log_error (h, "%s: responding", RUNTIME_NAME);
+    return 1;
+}
+
 /* The message handler of every RPC method, unless the plugin's C
  * extension registers its own (which may end in this one): the request
  * is decoded here, so Python gets plain values.
@@ -602,6 +690,8 @@ void runtime_request_cb (flux_t *h,
             flux_log_error (h, "%s: responding", RUNTIME_NAME);
         return;
     }
+    if (runtime_request_oversize (h, msg, m))
+        return;
     if (flux_request_decode (msg, NULL, &payload) < 0) {
         runtime_respond_undecodable (h, msg);
         return;
@@ -681,6 +771,29 @@ static void runtime_commit_cb (flux_future_t *f, void *arg)
     runtime_commit_destroy (c);
 }
 
+/* A build for the benchmark only (bench/instructions.py's dws-nolog)
+ * defines RUNTIME_BENCH_NO_RECORD: no commit is sent, each is answered
+ * at once as if it succeeded, so that what a plugin's durable records
+ * cost can be told from the rest.  Never in an installed plugin.
+ */
+#ifndef RUNTIME_BENCH_NO_RECORD
+#define RUNTIME_BENCH_NO_RECORD 0
+#endif
+
+static flux_future_t *runtime_commit_send (flux_t *h, int flags,
+                                           flux_kvs_txn_t *txn)
+{
+    flux_future_t *f;
+
+    if (!RUNTIME_BENCH_NO_RECORD)
+        return flux_kvs_commit (h, NULL, flags, txn);
+    if ((f = flux_future_create (NULL, NULL))) {
+        flux_future_set_flux (f, h);
+        flux_future_fulfill (f, NULL, NULL);
+    }
+    return f;
+}
+
 /* Put (append: append) 'value' at KVS 'key' in one commit (sync: with
  * FLUX_KVS_SYNC) and, once it is answered, call runtime_py_commit with
  * 'cookie' and 0 or the errno of its failure.  -1 (errno set) if the
@@ -701,8 +814,8 @@ int runtime_kvs_commit (flux_plugin_t *p, const char *key, const char *value,
     }
     if (!(c = calloc (1, sizeof (*c))) || !(txn = flux_kvs_txn_create ())
         || flux_kvs_txn_put (txn, append ? FLUX_KVS_APPEND : 0, key, value) < 0
-        || !(c->f = flux_kvs_commit (flux_jobtap_get_flux (p), NULL,
-                                     sync ? FLUX_KVS_SYNC : 0, txn))
+        || !(c->f = runtime_commit_send (flux_jobtap_get_flux (p),
+                                         sync ? FLUX_KVS_SYNC : 0, txn))
         || flux_future_then (c->f, -1., runtime_commit_cb, c) < 0)
         goto error;
     flux_kvs_txn_destroy (txn);
@@ -1004,6 +1117,19 @@ void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
         (void)runtime_sync_handlers (ctx);
 }
 
+/* Stop the job's job.event.* calls (runtime_mark with 'events' asks for
+ * them again); its other calls still come while it is marked.
+ */
+void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id)
+{
+    struct runtime_mark *mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK);
+
+    if (mark && mark->subscribed) {
+        flux_jobtap_job_unsubscribe (p, id);
+        mark->subscribed = 0;
+    }
+}
+
 /* While it is marked, also send the job's calls of WANTED topic 'i'. */
 int runtime_want (flux_plugin_t *p, flux_jobid_t id, int i)
 {
@@ -1089,11 +1215,57 @@ int runtime_job_lookup (flux_plugin_t *p,
     return rc;
 }
 
+/* What job 'id' (active, or in the job-manager's inactive cache) has at
+ * each of 'paths' (space-separated key paths of its arguments, such as
+ * "state jobspec.attributes.system.constraints"), as the text of a JSON
+ * object of path: value, leaving out the paths it has not: a lookup
+ * that encodes only what is asked for, not the whole job (its jobspec
+ * with its environment).  NULL (errno set) if there is no such job.
+ * The caller frees the text.
+ */
+char *runtime_job_pick (flux_plugin_t *p, flux_jobid_t id, const char *paths)
+{
+    flux_plugin_arg_t *args;
+    json_t *in = NULL;
+    json_t *out = NULL;
+    char *text = NULL;
+    char *copy = NULL;
+    char *saveptr = NULL;
+
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return NULL;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "o", &in) < 0
+        || !(out = json_object ()) || !(copy = strdup (paths)))
+        goto done;
+    for (char *path = strtok_r (copy, " ", &saveptr); path;
+         path = strtok_r (NULL, " ", &saveptr)) {
+        json_t *o = in;
+        char *key_save = NULL;
+        char key[256];
+
+        snprintf (key, sizeof (key), "%s", path);
+        for (char *k = strtok_r (key, ".", &key_save); k && o;
+             k = strtok_r (NULL, ".", &key_save))
+            o = json_is_object (o) ? json_object_get (o, k) : NULL;
+        if (o && json_object_set (out, path, o) < 0)
+            goto done;
+    }
+    if (!(text = json_dumps (out, JSON_COMPACT)))
+        errno = ENOMEM;
+done:
+    free (copy);
+    json_decref (out);
+    flux_plugin_arg_destroy (args);
+    return text;
+}
+
 /* Register RPC method 'name' (index 'index' for Python) with message
- * handler 'cb' (runtime_request_cb or a C extension's).
+ * handler 'cb' (runtime_request_cb or a C extension's), taking payloads
+ * of at most 'max_bytes' (0: any).
  */
 int runtime_service_register (flux_plugin_t *p, const char *name, int index,
-                              uint32_t rolemask, flux_msg_handler_f cb)
+                              uint32_t rolemask, size_t max_bytes,
+                              flux_msg_handler_f cb)
 {
     struct runtime_ctx *ctx = runtime_ctx_get (p);
     struct runtime_method *m;
@@ -1102,6 +1274,7 @@ int runtime_service_register (flux_plugin_t *p, const char *name, int index,
         return -1;
     m->ctx = ctx;
     m->index = index;
+    m->max_bytes = max_bytes;
     m->next = ctx->methods;
     ctx->methods = m;
     return flux_jobtap_service_register_ex (p, name, rolemask, cb, m);

@@ -118,15 +118,42 @@ def compile_gate(outdir, bindings=None, verbose=False):
 
 
 #: The dws plugin (flux-coral2's rabbits): a plugin of the gate, with the
-#: gate's C, since it may drive the gate (post its marked events).
+#: gate's C, since it may drive the gate (post its marked events), and its
+#: own (dws/service.c: the DWS service's requests).
 DWS_NAME = "dws"
 DWS_TARGET = "flux_epilog_gate.dws.plugin:Dws"
+
+#: dws/service.c: what Python calls there, and what it calls in Python.
+DWS_CDEF = """
+extern "Python" void dws_py_failed (void *self, flux_jobid_t id, int kind,
+                                    int errnum, const char *errstr);
+int dws_check_args (flux_plugin_t *p, flux_plugin_arg_t *args);
+int dws_create (flux_plugin_t *p, flux_jobid_t id, flux_plugin_arg_t *args);
+int dws_setup (flux_plugin_t *p, flux_jobid_t id);
+int dws_post_run (flux_plugin_t *p, flux_jobid_t id, int run_started);
+int dws_is_rabbit (flux_plugin_t *p, flux_jobid_t id);
+"""
+
+
+def dws_extension():
+    """The gate's C and dws.so's own."""
+    gate = extension()
+    with open(os.path.join(PACKAGE, "dws", "service.c")) as f:
+        source = f.read()
+    return runtime_build.Extension(
+        gate.source + source, gate.cdef + DWS_CDEF, gate.defines
+    )
 
 
 def compile_dws(outdir, bindings=None, verbose=False):
     """Compile dws.so into ``outdir``; return its path."""
     return runtime_build.compile_plugin(
-        outdir, DWS_NAME, DWS_TARGET, bindings, verbose=verbose, extension=extension()
+        outdir,
+        DWS_NAME,
+        DWS_TARGET,
+        bindings,
+        verbose=verbose,
+        extension=dws_extension(),
     )
 
 

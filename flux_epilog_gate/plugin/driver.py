@@ -66,6 +66,34 @@ def after_recovery(handler):
     return wrapper
 
 
+#: An attribute a rule names whose value cannot be decoded: it is there,
+#: and equal to nothing.
+UNDECODABLE = object()
+_ABSENT = object()
+
+
+def rule_attributes(job, rules):
+    """The job's ``attributes`` as far as ``rules`` look at them, each
+    rule's key read alone: the rest of the jobspec is its user's, and may
+    be anything (nested deeper than Python decodes, say)."""
+    attributes = {}
+    for rule in rules:
+        try:
+            value = job.get(f"jobspec.attributes.{rule.attribute}", _ABSENT)
+        except ValueError:
+            value = UNDECODABLE
+        if value is _ABSENT:
+            continue
+        node = attributes
+        for key in rule.path[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[rule.path[-1]] = value
+    return attributes
+
+
 class GateDriver(Plugin):
     """A plugin instance of the gate: once its load is committed it shares
     the gate of its job-manager (:class:`~.host.Host`) and, if it is the
@@ -100,6 +128,19 @@ class GateDriver(Plugin):
     @property
     def committed(self):
         return self.host is not None
+
+    def instance_starting(self):
+        """True while the job-manager starts or rc1 runs: then a load
+        refused for its configuration would stop the instance (the
+        job-manager fails on a ``[job-manager] plugins`` load that fails,
+        rc1 on a ``flux jobtap load``), and with it the recovery of its
+        jobs' holds, so a plugin of the gate loads despite a bad
+        configuration and says so.  When the broker does not say, True:
+        a load with an error logged is better than an instance that does
+        not start."""
+        if self.jobtap.broker.job_manager_starting() is not False:
+            return True
+        return self.jobtap.broker.state() in ("init", None)
 
     @property
     def driving(self):
@@ -181,9 +222,13 @@ class GateDriver(Plugin):
 
     def _follow_listeners(self):
         """Have a held job's exceptions sent to this driver while the
-        gate has listeners (they are all that want them), from now on."""
+        gate has listeners and one of them wants them, from now on, and
+        once the load has recovered every job (a hold read back active
+        is not activated again: its listener wants its events all the
+        same)."""
         self.gate.on_listeners_changed(self._listeners_changed)
         self._listeners_changed()
+        self.load.when_ready(self._listeners_changed, lambda: None)
 
     def _listeners_changed(self):
         # A listener that leaves as its plugin unloads may leave this
@@ -191,21 +236,25 @@ class GateDriver(Plugin):
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
             wanted = self.gate.has_listeners()
             self.jobtap.marks.forward("job.event.exception", wanted)
-            self._send_all_events(wanted)
+            self._send_wanted_events()
 
-    def _send_all_events(self, wanted):
+    def _send_wanted_events(self):
         """A job's exception reaches a plugin only if the job's events
-        are sent to it: while the gate has listeners, every tracked job's
-        are (else only those the epilog point waits on)."""
-        port = self.port
-        if wanted and not port.all_events:
-            for jobid in self.gate.job_ids():
-                try:
-                    port.track(jobid, events=True)
-                except OSError as exc:
-                    # Gone meanwhile: its job.state.inactive tells the gate.
-                    port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")
-        port.all_events = wanted
+        are sent to it: each tracked job's that a listener wants now (the
+        listeners ask for more as they need them, see
+        :meth:`~flux_epilog_gate.gate.Gate.send_events`; else only those
+        the epilog point waits on are sent).  Each event of a job whose
+        events are sent costs the job-manager a call with the job's
+        arguments packed, so no job's are asked for before they matter."""
+        port, gate = self.port, self.gate
+        for jobid in gate.job_ids():
+            if not gate.want_events(jobid):
+                continue
+            try:
+                port.track(jobid, events=True)
+            except OSError as exc:
+                # Gone meanwhile: its job.state.inactive tells the gate.
+                port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")
 
     def _watch_shutdown(self):
         self.shutdown = self.gate.watch_shutdown(self.port)
@@ -293,9 +342,9 @@ class GateDriver(Plugin):
         if not self.driving:
             return
         self.fault("job")
-        if self.gate.config.rules:
-            attributes = job.input.get("jobspec", {}).get("attributes", {})
-            self.gate.apply_rules(job.id, attributes)
+        rules = self.gate.config.rules
+        if rules:
+            self.gate.apply_rules(job.id, rule_attributes(job, rules))
 
     @job_topic("job.state.cleanup", id_only=True)
     def on_cleanup(self, jobid):
@@ -322,7 +371,13 @@ class GateDriver(Plugin):
     def on_exception(self, job):
         """Told to the gate's listeners (its own holds need nothing)."""
         if self.driving and self.gate.has_listeners():
-            context = job.input.get("entry", {}).get("context", {})
+            # The event alone: the rest of the job is its user's content.
+            try:
+                context = job.get("entry.context")
+            except ValueError:
+                context = None
+            if not isinstance(context, dict):
+                context = {}
             self.gate.tell("exception", job.id, context)
 
     # Of a subscribed job's events only these move it to its epilog point.

@@ -24,6 +24,9 @@ from . import fast
 from .driver import GateDriver, after_recovery
 from .gcpolicy import FREEZER
 
+#: The largest payload of a request to the gate (see gate/protocol.py).
+MAX_BYTES = protocol.REQUEST_BYTES_MAX
+
 
 def _answers_refusals(handler):
     """A request handler whose GateError (ValueError: a malformed payload)
@@ -96,7 +99,7 @@ class EpilogGatePlugin(GateDriver):
         being recovered.  The gate then loads with the load options
         alone, or the table alone, or the defaults, and says so at
         level error and in ``flux jobtap query`` (``config_error``)."""
-        if not self._instance_starting():
+        if not self.instance_starting():
             raise Refused(f"epilog-gate: {error}") from None
         if self.committed:
             # The job-manager's second conf.update of its start: the
@@ -108,15 +111,6 @@ class EpilogGatePlugin(GateDriver):
             self.config_error = f"{error}: {in_force or 'configuration kept'}"
             self.jobtap.log(syslog.LOG_ERR, self.config_error)
         return config
-
-    def _instance_starting(self):
-        """True while the job-manager starts or rc1 runs (see
-        :meth:`_despite`); when the broker does not say, True: a load
-        with the defaults and an error is better than an instance that
-        does not start."""
-        if self.jobtap.broker.job_manager_starting() is not False:
-            return True
-        return self.jobtap.broker.state() in ("init", None)
 
     def _fallback(self, table):
         """The configuration a load despite an error takes, and what it
@@ -174,14 +168,14 @@ class EpilogGatePlugin(GateDriver):
 
     # Requests
 
-    @request("disconnect", guests=True)
+    @request("disconnect", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     def disconnect(self, request):
         self.gate.unwatch(
             lambda sink: self.jobtap.messages.disconnect_match(request.msg, sink)
         )
 
-    @request("hold", guests=True, c_handler="gate_hold_cb")
+    @request("hold", guests=True, c_handler="gate_hold_cb", max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def hold_request(self, request):
@@ -194,14 +188,14 @@ class EpilogGatePlugin(GateDriver):
             request.msg, *parsed, point=protocol.parse_hold_point(payload)
         )
 
-    @request("release", guests=True, c_handler="gate_release_cb")
+    @request("release", guests=True, c_handler="gate_release_cb", max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def release_request(self, request):
         _require_owner("release", request.owner)
         self.fast.release_message(request.msg, *protocol.parse_release(request.payload))
 
-    @request("list", guests=True)
+    @request("list", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def list_request(self, request):
@@ -214,7 +208,7 @@ class EpilogGatePlugin(GateDriver):
         )
         self.jobtap.messages.send_text(request.msg, text)
 
-    @request("snapshot", guests=True)
+    @request("snapshot", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def snapshot_request(self, request):
@@ -237,7 +231,7 @@ class EpilogGatePlugin(GateDriver):
 
         self.gate.snapshot(done)
 
-    @request("watch", guests=True)
+    @request("watch", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def watch_request(self, request):
@@ -262,7 +256,7 @@ class EpilogGatePlugin(GateDriver):
             lost=lost,
         )
 
-    @request("watch-ack", guests=True)
+    @request("watch-ack", guests=True, max_bytes=MAX_BYTES)
     @_answers_refusals
     def watch_ack_request(self, request):
         """A watcher read ``count`` activations of its stream (named by the

@@ -187,22 +187,28 @@ class GatePort:
         """A failed prolog hold: the job never starts."""
         self.jobtap.jobs.raise_exception(jobid, PROLOG_EXCEPTION_TYPE, 0, note)
 
-    #: Every tracked job's events are sent, whatever ``track`` is asked:
-    #: the gate's listeners are told of a held job's exceptions (see
-    #: GateDriver._listeners_changed).
-    all_events = False
+    def raise_job_exception(self, jobid, type, severity, note):
+        """An exception a releaser raised, raised again after a crash lost
+        it (see Lifecycle.finish_released)."""
+        self.jobtap.jobs.raise_exception(jobid, type, severity, note)
 
     def track(self, jobid, events=False):
-        """Send the job's callbacks to the gate; with ``events`` (or
-        :attr:`all_events`) also its events, ``finish`` and ``free``.
-        Each event of a job whose events are sent costs the job-manager
-        a call with the job's arguments packed, whether anything is
-        done with it or not: they are asked for only when needed."""
-        if self._mark(self.jobtap.p, jobid, 1 if events or self.all_events else 0) < 0:
+        """Send the job's callbacks to the gate; with ``events`` also its
+        events (``finish``, ``free``; ``exception`` while the gate has
+        listeners), from now on until it is untracked.  Each event of a
+        job whose events are sent costs the job-manager a call with the
+        job's arguments packed, whether anything is done with it or not:
+        they are asked for only when needed."""
+        if self._mark(self.jobtap.p, jobid, 1 if events else 0) < 0:
             raise self.jobtap.oserror()
 
     def untrack(self, jobid):
         self._unmark(self.jobtap.p, jobid)
+
+    def untrack_events(self, jobid):
+        """Stop sending the tracked job's events (``track`` with
+        ``events`` asks for them again)."""
+        self.jobtap.marks.unsubscribe(jobid)
 
     def job_cleanup(self):
         """True if the instance's shutdown runs flux-core's job cleanup

@@ -482,6 +482,10 @@ class JobtapPort:
     def raise_fatal(self, jobid, note):
         self._post(jobid, "exception", {"type": "prolog", "severity": 0, "note": note})
 
+    def raise_job_exception(self, jobid, type, severity, note):
+        context = {"type": type, "severity": severity, "note": note}
+        self._post(jobid, "exception", context)
+
     def annotate(self, jobid, text):
         self._post(jobid, "memo", {"epilog_gate": text})
 
@@ -496,6 +500,10 @@ class JobtapPort:
 
     def untrack(self, jobid):
         self.marks.pop(jobid, None)
+
+    def untrack_events(self, jobid):
+        if jobid in self.marks:
+            self.marks[jobid] = False
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, self.now() + delay, callback)
