@@ -1,10 +1,12 @@
-"""A hold asked of a gate that refused its hold log (a newer format)
-changes nothing, under a real broker.
+"""A hold or release asked of a gate that refused its hold log (a newer
+format) changes nothing and says why, under a real broker.
 
 The gate loaded over a log of a newer format takes no hold: a ``hold``
 request is refused with the reason.  Refused means refused before the
 hold is in force: a job in CLEANUP must not be given an ``epilog-start``
 (and at once an ``epilog-finish``) for a hold that is never recorded.
+A release is refused with the reason too, not answered "no such hold":
+the hold may be in the log, and its service must try again later.
 """
 
 import json
@@ -56,6 +58,9 @@ def test_a_hold_refused_for_the_log_posts_nothing(inst):
 
     with pytest.raises(OSError, match=f"format {FORMAT + 1}"):
         gate.hold(jobid, "refused")
+    # Its hold is in the log this build does not read: not "no such hold".
+    with pytest.raises(OSError, match=f"format {FORMAT + 1}"):
+        gate.release(jobid, "keep")
     assert gate.list() == []
 
     # The build that reads the log finds its hold, and the job ends:

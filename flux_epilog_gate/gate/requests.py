@@ -167,6 +167,10 @@ class Requests:
             and self.holdlog.waiting() >= self.context.config.max_pending
         ):
             self._refuse_busy("release")
+        if done is not None and self.holdlog.refused is not None:
+            # The hold may well be in the log: "no such hold" would
+            # tell its service that its cleanup is no longer wanted.
+            raise GateError(errno.EPROTO, f"release: {self.holdlog.refused}")
         job = self.jobs.get(jobid)
         hold = job.holds.get(description) if job else None
         if hold is None:
