@@ -5,8 +5,9 @@ The gate loaded over a log of a newer format takes no hold: a ``hold``
 request is refused with the reason.  Refused means refused before the
 hold is in force: a job in CLEANUP must not be given an ``epilog-start``
 (and at once an ``epilog-finish``) for a hold that is never recorded.
-A release is refused with the reason too, not answered "no such hold":
-the hold may be in the log, and its service must try again later.
+A rule holds no new job.  A release is refused with the reason too, not
+answered "no such hold": the hold may be in the log, and its service
+must try again later.
 """
 
 import json
@@ -17,6 +18,14 @@ from jobs import dmesg, eventlog, hold_log, submit, wait_event
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY
 from flux_epilog_gate.gate.logparse import FORMAT, FORMAT_EVENT
+from flux_epilog_gate.jobid import f58
+
+#: A rule that holds every job with the attribute ``system.hostile``.
+RULE = """
+[[epilog-gate.rules]]
+attribute = "system.hostile"
+description = "ruled"
+"""
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +36,7 @@ def inst(plugin):
 
     from flux_epilog_gate.testing import Instance
 
-    made = Instance(cores=8, plugin=plugin)
+    made = Instance(cores=8, plugin=plugin, config=RULE)
     made.start()
     yield made
     discard(made)
@@ -58,6 +67,11 @@ def test_a_hold_refused_for_the_log_posts_nothing(inst):
 
     with pytest.raises(OSError, match=f"format {FORMAT + 1}"):
         gate.hold(jobid, "refused")
+    # No rule holds a new job: its hold could not be recorded.
+    ruled = submit(handle, **{"system.hostile": 1})
+    wait_event(handle, ruled, "clean")
+    assert "epilog-start" not in [e.name for e in eventlog(handle, ruled)]
+    assert dmesg(inst, f"{f58(ruled)}: rule system.hostile: hold: {KEY} is of format")
     # Its hold is in the log this build does not read: not "no such hold".
     with pytest.raises(OSError, match=f"format {FORMAT + 1}"):
         gate.release(jobid, "keep")
