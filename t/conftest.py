@@ -36,6 +36,26 @@ def callgrind_counter():
     return instructions
 
 
+#: The test files that take longest (a system install each test, many
+#: restarts, long timeouts), run first: xdist hands whole files to its
+#: workers in the order collected, and a long one last would leave one
+#: worker running alone at the end.
+LONGEST_FIRST = (
+    "test_system_install.py",
+    "test_segments.py",
+    "test_shutdown.py",
+    "test_recovery.py",
+    "test_shutdown_restart.py",
+    "test_durability.py",
+    "test_dws_gate.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+
+
 def pytest_sessionstart(session):
     if shutil.which("flux") is None:
         pytest.exit(
