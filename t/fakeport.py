@@ -29,7 +29,7 @@
   :attr:`eventlogs` (``{id: [(timestamp, name, context)]}``, default
   empty) at once, or with :attr:`defer_eventlogs` set, once
   :meth:`complete_eventlog` is called, or ENOENT for the jobs in
-  :attr:`purged`;
+  :attr:`purged`; ``read_kvs`` answers a value of the dict at once;
 - ``restartable()`` answers :attr:`FakePort.restart`; ``abort_cleanup()``
   counts its calls in :attr:`FakePort.aborted`; ``cancel()`` records a
   ``("cancel", {"note": ...})`` and puts a running job in CLEANUP (fails
@@ -424,6 +424,14 @@ class FakePort:
             callback(None, OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
             return
         callback(list(self.eventlogs.get(jobid, [])), None)
+
+    def read_kvs(self, key, callback):
+        """A KVS value as bytes, at once; ENOENT if there is none."""
+        value = self.kvs.get(key)
+        if value is None:
+            callback(None, OSError(errno.ENOENT, os.strerror(errno.ENOENT)))
+            return
+        callback(value if isinstance(value, bytes) else value.encode(), None)
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, delay, callback)

@@ -331,6 +331,9 @@ def test_crash_with_a_job_in_cleanup_loses_its_hold_loudly(new_instance, tmp_pat
     wait_event(handle, job, "exception")
     # An acknowledged hold is checkpointed: so is the exception before it.
     other = flux.job.submit(handle, JobspecV1.from_command(["true"]), urgency=0)
+    # Its validate committed first: checkpointed with submit alone, it
+    # would be dropped at the restart, and its hold lost too.
+    flux.job.event_wait(handle, other, "priority")
     gate.hold(other, "x")
     inst.kill()
 

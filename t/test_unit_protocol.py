@@ -21,6 +21,7 @@ from flux_epilog_gate.gate.protocol import (
     parse_snapshot,
     parse_watch,
     parse_watch_ack,
+    parse_watch_lost,
 )
 
 VALID_DESCRIPTION = re.compile(r"[A-Za-z0-9._-]{1,64}")
@@ -412,3 +413,15 @@ def test_snapshot_accepts_only_an_empty_object_or_no_payload(payload):
         parse_snapshot(payload)
     assert info.value.errnum == errno.EPROTO
     assert info.value.message.startswith("snapshot: ")
+
+
+def test_watch_lost_is_a_boolean_off_by_default():
+    assert parse_watch_lost({}) is False
+    assert parse_watch_lost({"lost": None}) is False
+    assert parse_watch_lost({"lost": True}) is True
+    assert parse_watch({"lost": True, "descriptions": ["bb"]}) == frozenset({"bb"})
+
+
+@pytest.mark.parametrize("value", [1, "true", [], {}])
+def test_watch_refuses_a_lost_that_is_not_a_boolean_with_eproto(value):
+    assert_refused(parse_watch_lost, {"lost": value}, errno.EPROTO, "lost", "boolean")

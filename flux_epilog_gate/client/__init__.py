@@ -23,12 +23,13 @@ runs a reactor of its own (an epoll descriptor) that lives as long as its
 future, so thousands of live futures waited that way hold thousands of
 descriptors, and libflux's reactor can then abort the process.
 
-==========  =============================================================
-``client``  :class:`EpilogGate`: the plugin's requests, sync and async
-``rpc``     :class:`GateRPC`: one RPC, and a request that got no answer
-``table``   the ``list`` answer as a table
-``cli``     the ``flux epilog-gate`` command
-==========  =============================================================
+=============  ==========================================================
+``client``     :class:`EpilogGate`: the plugin's requests, sync and async
+``rpc``        :class:`GateRPC`: one RPC, and a request that got no answer
+``table``      the ``list`` answer as a table
+``arguments``  the command line's argument types
+``cli``        the ``flux epilog-gate`` command
+=============  ==========================================================
 """
 
 from .client import EpilogGate

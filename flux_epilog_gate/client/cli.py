@@ -19,7 +19,6 @@ import errno
 import functools
 import json
 import logging
-import math
 import operator
 import os
 import pwd
@@ -31,11 +30,22 @@ import time
 # where it is used: a list of many holds should not wait for it.
 import flux
 from flux.cli.argparse import FluxArgumentParser
-from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter, parse_fsd
+from flux.util import CLIMain, OutputFormat, UtilConfig, help_formatter
 
 from ..listentry import columns_of
 from ..paths import PLUGINS, plugin_path
 from . import EpilogGate, NoAnswerError
+from .arguments import (
+    Usage,
+    count,
+    flux_jobid,
+    jobid,
+    option,
+    states,
+    timeout,
+    userids,
+    words,
+)
 from .table import DEFAULT_FORMAT, default_lines, in_order
 
 PROG = "flux-epilog-gate"
@@ -44,64 +54,7 @@ LOGGER = logging.getLogger(PROG)
 #: Exit statuses (see EXIT STATUS in flux-epilog-gate(1)).
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_NO_ANSWER, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-STATES = ("pending", "active")
-
 JOBID_HELP = "a job id in any Flux form (f58, decimal, hex, dothex, words)"
-
-
-class Usage(Exception):
-    """A usage error found after parsing (exit 2)."""
-
-
-# Argument types
-
-
-def flux_jobid(value):
-    """``flux.job.JobID(value)``, imported when first used (the command
-    starts faster without it)."""
-    from flux.job import JobID
-
-    return JobID(value)
-
-
-def jobid(text):
-    try:
-        return flux_jobid(text)
-    except (OSError, ValueError, TypeError):
-        raise argparse.ArgumentTypeError(f"invalid job id {text!r}") from None
-
-
-def timeout(text):
-    """A Flux Standard Duration greater than 0 (``90``, ``90s``, ``10m``)."""
-    from ..gate.config import ConfigError, duration_problem, parse_duration
-
-    try:
-        seconds = parse_fsd(text)
-    except ValueError:
-        seconds = None
-    if seconds is not None and duration_problem(seconds) is None:
-        return seconds
-    try:
-        # The configuration's parser reads the same and says what is wrong.
-        return parse_duration(text, "timeout")
-    except ConfigError as exc:
-        problem = str(exc)[len("timeout: ") :]
-        raise argparse.ArgumentTypeError(problem) from None
-
-
-def count(text):
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
-    return value
-
-
-def words(text):
-    """A comma-separated list."""
-    return [word for word in text.split(",") if word]
 
 
 # list: fields and formats
@@ -393,9 +346,17 @@ def cmd_snapshot(args):
 def cmd_watch(args):
     remaining = args.count
     points = [args.point] if args.point else None
-    for hold in EpilogGate(flux.Flux()).watch(args.descriptions, points=points):
+    gate = EpilogGate(flux.Flux())
+    for hold in gate.watch(args.descriptions, points=points, lost=args.lost):
         if args.json:
             print(json.dumps(hold), flush=True)
+        elif hold.get("lost"):
+            print(
+                f"{flux_jobid(hold['id']).f58} {hold['description']} "
+                f"userid={hold['userid']} lost {hold.get('point', 'epilog')}: "
+                f"{hold['reason']}",
+                flush=True,
+            )
         else:
             ran = "ran" if hold["ran"] else "never-ran"
             # An epilog hold's line is as it always was.
@@ -411,50 +372,6 @@ def cmd_watch(args):
             remaining -= 1
             if remaining == 0:
                 return
-
-
-def userids(text):
-    """``--user``: names or ids, comma-separated, or ``all``."""
-    if text == "all":
-        return None
-    found = set()
-    for word in words(text):
-        if word.isdigit():
-            found.add(int(word))
-            continue
-        try:
-            found.add(pwd.getpwnam(word).pw_uid)
-        except KeyError:
-            raise argparse.ArgumentTypeError(f"unknown user {word!r}") from None
-    return found
-
-
-def states(text):
-    chosen = words(text)
-    for state in chosen:
-        if state not in STATES:
-            raise argparse.ArgumentTypeError(
-                f"invalid state {state!r} (choose from {', '.join(STATES)})"
-            )
-    return chosen
-
-
-def option(text):
-    key, sep, value = text.partition("=")
-    if not sep or not key:
-        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
-    try:
-        # As flux jobtap load reads it, but a number JSON cannot carry
-        # (1e309, NaN) stays text, for the plugin's parser to name.
-        value = json.loads(value, parse_constant=str, parse_float=_finite_or_text)
-    except ValueError:
-        pass  # a string, as flux jobtap load takes it
-    return key, value
-
-
-def _finite_or_text(text):
-    number = float(text)
-    return number if math.isfinite(number) else text
 
 
 def parser():
@@ -624,6 +541,12 @@ def parser():
         "--point",
         choices=("epilog", "prolog", "depend"),
         help="only holds at this point",
+    )
+    p.add_argument(
+        "--lost",
+        action="store_true",
+        help="also print, once each, every hold lost without becoming active "
+        "(the instance owner only)",
     )
     p.add_argument(
         "-c", "--count", type=count, metavar="N", help="exit after N holds (N >= 1)"

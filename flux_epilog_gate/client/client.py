@@ -231,9 +231,9 @@ class EpilogGate:
                         raise
             raise
 
-    def watch_async(self, descriptions=None, points=None):
+    def watch_async(self, descriptions=None, points=None, lost=False):
         """Start a watch; returns the streaming future (see :meth:`watch`)."""
-        payload = {}
+        payload = {"lost": True} if lost else {}
         descriptions = _names(descriptions, "descriptions")
         if descriptions:
             payload["descriptions"] = descriptions
@@ -258,7 +258,7 @@ class EpilogGate:
             flags=flux.constants.FLUX_RPC_NORESPONSE,
         )
 
-    def watch(self, descriptions=None, reconnect=60.0, points=None):
+    def watch(self, descriptions=None, reconnect=60.0, points=None, lost=False):
         """Yield ``{id, description, userid, ran, point}`` for every hold
         that is active now, then for each hold as it becomes active.
         Blocks between holds; stop by leaving the loop.  ``descriptions``
@@ -277,18 +277,42 @@ class EpilogGate:
         the broker is lost (the broker stopped or died), the watch ends
         with :class:`NoAnswerError`.
 
+        With ``lost`` (the instance owner only) it also yields, first, every
+        lost hold of those descriptions and points not yet delivered, then
+        each as it is lost: a hold that ended without becoming active,
+        whose job will never reach its point (the job was dropped at a
+        restart, went inactive while the plugin was not loaded, or had
+        more holds than a job can have), as ``{id, description, userid,
+        point, ran, lost: True, reason}``: reclaim what was made for it.
+        Each is acknowledged as soon as the loop asks for the next item,
+        and the plugin then forgets it: it comes once, to one watcher
+        (again only if the loop never asked for more before the stream
+        or the broker went away).
+
         What has been read is acknowledged to the plugin (``watch-ack``)
         as the loop asks for more.  A loop body so slow that more than
         the plugin's ``watch-backlog`` activations pile up ends the watch
         with OSError(ENOBUFS): watch again (holds still active come
         again)."""
-        future = self.watch_async(descriptions, points)
-        acks = _Acks(self, future)
+        acks = _Acks(self, self.watch_async(descriptions, points, lost))
+        try:
+            yield from self._stream(acks, reconnect, (descriptions, points, lost))
+        finally:
+            # Leaving the loop: what it read is acknowledged (a lost hold
+            # read last is then not sent again).
+            acks.flush()
+
+    def _stream(self, acks, reconnect, what):
+        """The loop of :meth:`watch` on ``acks``' stream, watching
+        ``what`` again (``(descriptions, points, lost)``) as it ends."""
+        # Lost holds yielded: one sent again on a new stream (its
+        # acknowledgement did not reach the plugin) is not yielded twice.
+        yielded = set()
         deadline = None  # while watching again after the stream ended
         while True:
             acks.before_get()
             try:
-                hold = future.get()
+                hold = acks.future.get()
             except OSError as exc:
                 if not reconnect or not self._again(exc, deadline):
                     raise
@@ -296,12 +320,17 @@ class EpilogGate:
                     deadline = time.monotonic() + reconnect
                 else:
                     time.sleep(0.5)
-                future = self.watch_async(descriptions, points)
-                acks = _Acks(self, future)
+                acks.restart(self.watch_async(*what))
                 continue
             deadline = None
-            future.reset()
+            acks.future.reset()
             acks.read += 1
+            if isinstance(hold, dict) and hold.get("lost"):
+                acks.lost = True
+                key = (hold.get("id"), hold.get("description"))
+                if key in yielded:
+                    continue
+                yielded.add(key)
             yield hold
 
     @staticmethod
@@ -327,13 +356,32 @@ class _Acks:
         self.future = future
         self.read = 0
         self.acked = 0
+        #: A lost hold was read since the last acknowledgement: the
+        #: plugin keeps it until acknowledged, so that goes at once.
+        self.lost = False
+
+    def restart(self, future):
+        """Acknowledge on the new stream ``future`` from now on."""
+        self.future = future
+        self.read = self.acked = 0
+        self.lost = False
 
     def before_get(self):
         unacked = self.read - self.acked
-        if unacked and (unacked >= ACK_EVERY or not self.future.is_ready()):
-            try:
-                self.gate.watch_ack(self.future, self.read)
-            except NoAnswerError:
-                # The stream itself says so next, as the watch's own error.
-                return
-            self.acked = self.read
+        if unacked and (
+            unacked >= ACK_EVERY or self.lost or not self.future.is_ready()
+        ):
+            self.flush()
+
+    def flush(self):
+        """Acknowledge every activation read so far."""
+        if self.read <= self.acked:
+            return
+        try:
+            self.gate.watch_ack(self.future, self.read)
+        except OSError:
+            # The stream itself says so next, as the watch's own error
+            # (or it is over).
+            return
+        self.acked = self.read
+        self.lost = False

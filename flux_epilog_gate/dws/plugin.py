@@ -140,6 +140,8 @@ class Dws(GateDriver):
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
+        #: Jobs whose lost holds' workflow this instance tore down.
+        self.torn = set()
 
     # Configuration
 
@@ -217,6 +219,10 @@ class Dws(GateDriver):
         job-manager is started now, as it would have been then (one that
         an earlier instance started is not asked of the service again)."""
         since = self.host.departures.pop(self.name, None) if self.host else None
+        # Lost while dws.so was not loaded (or before this load).
+        for entry in self.gate.lost_holds():
+            if POINTS.get(entry["description"]) == entry.get("point"):
+                self.teardown_lost(entry["id"], entry["description"])
         for jobid in self._active(SETUP):
             if since is not None and self.holds(jobid)[SETUP].t_start >= since:
                 if self.is_rabbit(jobid):
@@ -621,6 +627,28 @@ class Dws(GateDriver):
 
     def inactive(self, jobid):
         self.stop_timeout(jobid)
+
+    def lost(self, hold):
+        """One of the gate's holds was lost: its job will never reach its
+        point (it was dropped at a restart, or went inactive while the
+        gate was not loaded).  A rabbit job's workflow is torn down, as
+        the C plugin ends one on an exception (``dws.teardown``), so the
+        service strands nothing."""
+        if POINTS.get(hold.description) == hold.point:
+            self.teardown_lost(hold.id, hold.description)
+
+    def teardown_lost(self, jobid, description):
+        """``dws.teardown`` for the job of lost hold ``description``, once
+        per job; the gate then forgets the hold (it is taken)."""
+        if jobid not in self.torn:
+            self.torn.add(jobid)
+            self.log(
+                syslog.LOG_ERR,
+                f"{f58(jobid)}: {description} was lost: tearing its workflow down",
+            )
+            # Answered, but nothing waits for the answer.
+            self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})
+        self.gate.take_lost(jobid, description)
 
     def unload(self):
         for jobid in list(self.timers):

@@ -30,8 +30,10 @@ and the others they call (doc/design.md draws who calls whom):
                    and the eventlog
 ``reload``         :class:`Reload`: going from one plugin instance to the
                    next
-``lost``           :class:`Losses`: pending holds whose job went inactive
-                   without them
+``lost``           :class:`Losses`: holds that ended without becoming
+                   active, whose job will never reach their point
+``lostrecord``     :class:`LostRecord`: lost holds not yet delivered to a
+                   service (watch ``lost``, the dws plugin), durable
 ``listeners``      :class:`Listeners`: in-process users of the gate (the
                    dws plugin)
 ``counters``       :class:`Counters`: what ``stats`` reports

@@ -23,6 +23,7 @@ from .jobs import JobTable
 from .lifecycle import Lifecycle
 from .listeners import Listeners
 from .lost import Losses
+from .lostrecord import LostRecord
 from .prolog import PrologPoint
 from .recovery import Recovery
 from .reload import Reload
@@ -53,13 +54,17 @@ class Gate:
         self.jobs = jobs = JobTable(context)
         self.holdlog = holdlog = HoldLog(port, jobs)
         self.timeouts = timeouts = Timeouts(context)
-        self.watchers = watchers = Watchers(context, jobs)
+        #: Lost holds not yet delivered to a service, durable.
+        self.lost_record = lost_record = LostRecord(context)
+        self.watchers = watchers = Watchers(context, jobs, lost_record)
         self.annotations = annotations = Annotations(context)
-        self.losses = losses = Losses(context, jobs, holdlog, self.stats)
         #: In-process users of the gate (the dws plugin): each is told
-        #: ``activated(hold)``, and of a held job ``exception(id,
-        #: context)`` (a job exception) and ``inactive(id)``.
+        #: ``activated(hold)``, ``lost(hold)``, and of a held job
+        #: ``exception(id, context)`` (a job exception) and ``inactive(id)``.
         self.listeners = listeners = Listeners(context)
+        self.losses = losses = Losses(
+            context, jobs, holdlog, self.stats, lost_record, watchers, listeners
+        )
         #: The hold points by name, filled below: the points make their
         #: holds active through the lifecycle, which ends them through
         #: their point.
@@ -106,7 +111,9 @@ class Gate:
         self.list_json = requests.list_json
         #: Register the holds that configured rules give a new job.
         self.apply_rules = requests.apply_rules
-        #: Add a watcher; it is first sent every hold already active.
+        #: Add a watcher; it is first sent every hold already active (with
+        #: ``lost``, first every lost hold not yet delivered, then each as
+        #: it is lost).
         self.watch = watchers.watch
         #: Drop watchers whose sink satisfies ``match(sink)``; return count.
         self.unwatch = watchers.unwatch
@@ -122,8 +129,6 @@ class Gate:
         self.end_recovery = recovery.end
         #: Recovering a job failed: carry on with what is known of it.
         self.abandon_recovery = recovery.abandon
-        #: The plugin is going away (Reload.suspend).
-        self.suspend = reload.suspend
         #: job.new for a job the gate already knows, after a reload; True
         #: if its eventlog must be read (again).
         self.retrack = reload.retrack
@@ -194,7 +199,18 @@ class Gate:
             gone=len(self.jobs.gone),
             log_commits=holdlog.commits,
             log_segment=holdlog.segment,
+            lost_undelivered=len(self.lost_record),
         )
+
+    def lost_holds(self):
+        """The lost holds no service has taken yet (see
+        :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first."""
+        return self.lost_record.entries()
+
+    def take_lost(self, jobid, description):
+        """A service took the lost hold ``description`` of the job: it
+        is forgotten."""
+        self.lost_record.delivered((jobid, description))
 
     def posted(self, jobid, name):
         """True if event ``name`` is in the job's eventlog, as far as the
@@ -312,10 +328,17 @@ class Gate:
 
     # Reload and reconfiguration
 
+    def suspend(self):
+        """The plugin is going away (Reload.suspend); the record of lost
+        holds goes as it is."""
+        self.reload.suspend()
+        self.lost_record.suspend()
+
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
         self.context.port = port
         self.holdlog.resume(port)
+        self.lost_record.resume()
 
     def reconfigure(self, config):
         """Apply a new configuration to holds registered from now on."""

@@ -59,6 +59,13 @@ class Reason(StrEnum):
     #: A pending epilog hold whose job went inactive without it (see
     #: flux_epilog_gate.gate.lost).
     LOST = "lost: the job went inactive before epilog-gate could hold it"
+    #: A hold of a job that flux-core dropped at a restart (not replayed).
+    LOST_DROPPED = (
+        "lost: flux-core dropped the job as the instance restarted (not "
+        "replayed): it will never reach the hold's point"
+    )
+    #: A hold the hold log gives a job past the most it can have.
+    LOST_LIMIT = "lost: the job had more holds than a job can have"
     #: A pending prolog hold whose job ended before it started ...
     NEVER_STARTED = "job ended before it started"
     #: ... or started while the gate was not loaded.

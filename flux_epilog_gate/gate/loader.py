@@ -29,6 +29,7 @@ import errno
 import syslog
 from collections import deque
 
+from . import lostrecord
 from .holdlog import KEY, SEGMENTS, read_segments, segment_key
 from .logparse import parse
 from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
@@ -160,6 +161,20 @@ def _unreadable(port, key, exc):
     )
 
 
+def _read_lost(port):
+    """The value of the record of lost holds (bytes, or None); an error
+    is logged (the holds it kept are then not delivered)."""
+    try:
+        return port.kvs_get(lostrecord.KEY)
+    except Exception as exc:  # noqa: BLE001 - the load must go on
+        port.log(
+            syslog.LOG_ERR,
+            f"reading {lostrecord.KEY}: {exc}: the lost holds it kept are "
+            "not delivered",
+        )
+        return None
+
+
 def _no_segments(port):
     """0 if the log has no segments, else None (they are not read: the
     log's key could not be)."""
@@ -205,6 +220,8 @@ class Load:
             self.log_base, self.log_last = found.base, found.last
             self.log_ragged = found.ragged
             self.first = carried is None and found.first
+        # The record of lost holds not yet delivered (a carried gate has it).
+        self.lost = _read_lost(port) if carried is None else None
         # Jobs the job-manager sent job.new for (a carried gate forgets
         # the others: they went inactive while no plugin was loaded).
         self.seen = set()
@@ -229,6 +246,7 @@ class Load:
             self.gate.holdlog.found(
                 self.log_size, self.log_base, self.log_last, self.log_ragged
             )
+            self.gate.lost_record.found(self.lost)
         if self.first:
             self._mark_first_load()
         self.gate.reconfigure(config)

@@ -1,4 +1,5 @@
-"""Lost holds: pending epilog holds whose job went inactive without them.
+"""Lost holds: holds that ended without becoming active, whose job will
+never reach their point.
 
 The gate holds a job's clean only from a job-manager callback.  A job
 that reaches its epilog point while no gate is loaded goes on to clean
@@ -17,9 +18,25 @@ among the jobs the hold log names that are no longer active
 (:meth:`Losses.check_unseen`): those never reach the plugin, so their
 eventlogs are read to tell a hold that was lost (no ``epilog-start`` of
 the gate's) from one that ended without a record in the log (a timeout).
+
+A job that flux-core drops as a new job-manager replays the KVS (its
+eventlog was checkpointed with ``submit`` alone, or not at all: ``job
+... not replayed``) has no eventlog where the gate looks: flux-core
+moved its directory to ``job-lost+found``.  Every hold the log leaves
+it, at any point, is lost (:attr:`Reason.LOST_DROPPED
+<flux_epilog_gate.gate.holds.Reason.LOST_DROPPED>`).  So is a hold the
+log gives a job past the most it can have (:meth:`Losses.beyond_limit`).
+A job with no eventlog anywhere (purged) is only a warning: whether its
+holds ended cannot be told.
+
+Each lost hold is also kept in the record of lost holds
+(:mod:`flux_epilog_gate.gate.lostrecord`) until a service takes it: the
+watch streams that ask for lost holds are sent it, and the in-process
+listeners (the dws plugin) are told (``lost(hold)``).
 """
 
 import errno
+import json
 import syslog
 
 from ..jobid import f58
@@ -29,10 +46,12 @@ from .holds import (
     EPILOG,
     HOLD_EVENT,
     PENDING,
+    POINTS,
     RELEASE_EVENT,
     Hold,
     Reason,
 )
+from .lostrecord import entry_of
 from .states import INACTIVE
 
 #: Jobs the hold log names that have no eventlog, named one log line
@@ -46,25 +65,42 @@ WHY = (
     "instance restarted after a crash)"
 )
 
+#: Where flux-core moves the KVS directory of a job that a new
+#: job-manager could not replay (``job-lost+found.job.<f58>``).
+LOST_FOUND = "job-lost+found.job"
+
+#: What the log line says happened to the holds of such a job.
+DROPPED = (
+    "flux-core did not replay its job as the instance restarted (its "
+    "eventlog was checkpointed with submit alone, or not at all): the job "
+    "will never run nor reach a hold's point"
+)
+
 
 class Losses:
     """Reports the holds a gate could not hold (see module docstring).
 
     Owns nothing but the reports: each goes to the log, the ``lost``
-    counter, the jobs' memory of holds that are gone and the hold log.
-    Calls the port's ``read_eventlog``, ``job_info``, ``now`` and
-    ``log``.  Called by the lifecycle (a job went inactive) and by the
-    loader (:meth:`check_unseen`, after a load into a new job-manager).
+    counter, the jobs' memory of holds that are gone, the record of lost
+    holds (then the hold log), the watchers and the in-process
+    listeners.  Calls the port's ``read_eventlog``, ``read_kvs``,
+    ``job_info``, ``now`` and ``log``.  Called by the lifecycle (a job
+    went inactive), by recovery (a hold past the limit) and by the loader
+    (:meth:`check_unseen`, after a load into a new job-manager).
     """
 
-    def __init__(self, context, jobs, holdlog, stats):
+    def __init__(self, context, jobs, holdlog, stats, record, watchers, listeners):
         self.context = context
         self.jobs = jobs
         self.holdlog = holdlog
         self.stats = stats
+        self.record = record
+        self.watchers = watchers
+        self.listeners = listeners
         # check_unseen's eventlog reads not answered yet, and the jobs
-        # with no eventlog met so far, of which the first UNKNOWN_LOGGED
-        # are named (a log of many purged jobs must not flood the log).
+        # with no eventlog anywhere met so far, of which the first
+        # UNKNOWN_LOGGED are named (a log of many purged jobs must not
+        # flood the log).
         self._reading = 0
         self._unknown = 0
 
@@ -76,52 +112,58 @@ class Losses:
             for hold in job.holds.values()
             if hold.state == PENDING and hold.point == EPILOG
         ]
+        ran = self.jobs.posted(job, "start") if lost else False
         for hold in lost:
-            self._lost(hold)
+            self._lost(hold, ran=ran)
         return lost
 
     def check_unseen(self, logged, seen):
         """After a load into a new job-manager: ``logged`` is the hold log
         by job (``{id: [(timestamp, name, context)]}``), ``seen`` the jobs
         the job-manager reported active.  Read the eventlog of each other
-        job that the log leaves with a pending epilog hold, and report the
-        holds it lost."""
+        job that the log leaves with a hold, and report the holds it
+        lost."""
         unseen = [
-            (jobid, descriptions)
+            (jobid, live)
             for jobid, entries in logged.items()
-            if jobid not in seen and (descriptions := pending_in_log(entries))
+            if jobid not in seen and (live := live_in_log(entries))
         ]
         # Counted before any is read: an answer may come at once.
         self._reading += len(unseen)
-        for jobid, descriptions in unseen:
+        for jobid, live in unseen:
             self.context.port.read_eventlog(
                 jobid,
-                lambda events, error, jobid=jobid, d=descriptions: self.ended(
-                    jobid, d, events, error
+                lambda events, error, jobid=jobid, live=live: self.ended(
+                    jobid, live, events, error
                 ),
             )
 
-    def ended(self, jobid, descriptions, events, error):
-        """The eventlog of a job that the hold log names with pending epilog
-        holds ``descriptions`` but that is not active: report the holds it
-        lost."""
+    def ended(self, jobid, live, events, error):
+        """The eventlog of a job that the hold log names with holds
+        ``live`` (``{description: point}``) but that is not active: report
+        the holds it lost."""
+        if getattr(error, "errno", None) == errno.ENOENT:
+            # Read on, where flux-core moves a job it does not replay.
+            self._dropped(jobid, live)
+            return
         self._reading = max(self._reading - 1, 0)
         try:
-            self._check_ended(jobid, descriptions, events, error)
+            self._check_ended(jobid, live, events, error)
         finally:
-            if self._reading == 0:
-                self._count_unknown()
+            self._read_one()
 
-    def _check_ended(self, jobid, descriptions, events, error):
+    def _read_one(self):
+        if self._reading == 0:
+            self._count_unknown()
+
+    def _check_ended(self, jobid, live, events, error):
+        pending = sorted(d for d, point in live.items() if point == EPILOG)
         if error is not None:
-            if getattr(error, "errno", None) == errno.ENOENT:
-                self._unknown_job(jobid, descriptions)
-            else:
-                self.context.port.log(
-                    syslog.LOG_ERR,
-                    f"job {f58(jobid)}: eventlog lookup: {error}: its holds "
-                    f"{', '.join(descriptions)} were not checked",
-                )
+            self.context.port.log(
+                syslog.LOG_ERR,
+                f"job {f58(jobid)}: eventlog lookup: {error}: its holds "
+                f"{', '.join(sorted(live))} were not checked",
+            )
             return
         # The job-manager's word, not the eventlog's: the clean it posts
         # as it restarts may not be committed yet.
@@ -136,22 +178,67 @@ class Losses:
             for _, name, context in events
             if name == "epilog-start" and context.get(MARKER)
         }
-        userid = next(
-            (c.get("userid", 0) for _, name, c in events if name == "submit"), 0
-        )
-        for description in descriptions:
+        ran = any(name == "start" for _, name, _ in events)
+        userid = _userid(events)
+        for description in pending:
             if description not in started:
-                self._lost(Hold(jobid, description, userid, self.context.port.now()))
+                hold = Hold(jobid, description, userid, self.context.port.now())
+                self._lost(hold, ran=ran)
 
-    def _unknown_job(self, jobid, descriptions):
+    # A job with no eventlog
+
+    def _dropped(self, jobid, live):
+        """The job has no eventlog: look for it in flux-core's
+        ``job-lost+found``, where a new job-manager moves a job it could
+        not replay (its eventlog first, for its owner)."""
+        where = f"{LOST_FOUND}.{f58(jobid)}"
+
+        def eventlog(data, error):
+            if error is None:
+                self._dropped_found(jobid, live, where, _userid(_events(data)))
+            else:
+                self.context.port.read_kvs(f"{where}.jobspec", jobspec)
+
+        def jobspec(data, error):
+            if error is None:
+                self._dropped_found(jobid, live, where, None)
+            else:
+                self._reading = max(self._reading - 1, 0)
+                self._unknown_job(jobid, live)
+                self._read_one()
+
+        try:
+            self.context.port.read_kvs(f"{where}.eventlog", eventlog)
+        except Exception as exc:  # noqa: BLE001 - counted, and the load goes on
+            self._reading = max(self._reading - 1, 0)
+            self._check_ended(jobid, live, None, exc)
+            self._read_one()
+
+    def _dropped_found(self, jobid, live, where, userid):
+        """flux-core dropped the job at a restart (its data is at
+        ``where``): every hold the log leaves it is lost."""
+        self._reading = max(self._reading - 1, 0)
+        try:
+            if jobid in self.jobs:
+                return
+            why = f"{DROPPED} (its data is in {where})"
+            for description, point in sorted(live.items()):
+                hold = Hold(
+                    jobid, description, userid, self.context.port.now(), point=point
+                )
+                self._lost(hold, why, Reason.LOST_DROPPED)
+        finally:
+            self._read_one()
+
+    def _unknown_job(self, jobid, live):
         self._unknown += 1
         if self._unknown > UNKNOWN_LOGGED:
             return
         self.context.port.log(
             syslog.LOG_WARNING,
             f"job {f58(jobid)} is named in the hold log but has no "
-            "eventlog (purged, or not replayed after a crash): what "
-            f"became of its holds {', '.join(descriptions)} is not known",
+            "eventlog, nor one in job-lost+found (purged): what "
+            f"became of its holds {', '.join(sorted(live))} is not known",
         )
 
     def _count_unknown(self):
@@ -176,17 +263,57 @@ class Losses:
             hold,
             f"the hold log gives the job more than {limit} holds, the most "
             "a job can have: it was dropped as the log was read",
+            Reason.LOST_LIMIT,
         )
 
-    def _lost(self, hold, why=WHY):
+    def _lost(self, hold, why=WHY, reason=Reason.LOST, ran=False):
         self.stats["lost"] += 1
         self.context.port.log(
             syslog.LOG_ERR,
             f"hold {hold.description} of job {f58(hold.id)} was lost: {why}",
         )
-        # Recorded, so that a later load does not report it again.
-        self.holdlog.cancel(hold)
-        self.jobs.gone.add(hold.id, hold.description, Reason.LOST)
+        self.jobs.gone.add(hold.id, hold.description, reason)
+        entry = entry_of(hold, reason, ran)
+        # Recorded as cancelled once the record of it is durable, so that a
+        # later load does not report it again (nor never).
+        if self.record.add(entry, lambda: self.holdlog.cancel(hold)):
+            self.watchers.lost(entry)
+            if self.listeners:
+                self.listeners.tell("lost", hold)
+
+
+def _events(data):
+    """The entries of an eventlog's text (bytes), as read_eventlog gives
+    them; lines that are not entries are left out."""
+    events = []
+    for line in (data or b"").decode("utf-8", "replace").splitlines():
+        try:
+            event = json.loads(line)
+            events.append((event["timestamp"], event["name"], event.get("context", {})))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return events
+
+
+def _userid(events):
+    """The owner of a job, from its eventlog's ``submit`` (None if none)."""
+    return next(
+        (c.get("userid") for _, name, c in events if name == "submit" and c), None
+    )
+
+
+def live_in_log(entries):
+    """The holds the hold log ``entries`` of one job leave neither
+    cancelled nor released, at any point: ``{description: point}``."""
+    live = {}
+    for _, name, context in entries:
+        description = context.get("description")
+        if name == HOLD_EVENT:
+            point = context.get("point", EPILOG)
+            live[description] = point if point in POINTS else EPILOG
+        elif name in (CANCEL_EVENT, RELEASE_EVENT):
+            live.pop(description, None)
+    return live
 
 
 def pending_in_log(entries):

@@ -57,6 +57,11 @@ class Port(Protocol):
         ``callback(events, error)`` exactly once: a list of ``(timestamp,
         name, context)``, or None and an OSError."""
 
+    def read_kvs(self, key, callback):
+        """Read KVS ``key`` without blocking; later call ``callback(data,
+        error)`` exactly once: its bytes, or None and an OSError (where a
+        job dropped at a restart went: see :mod:`~flux_epilog_gate.gate.lost`)."""
+
     # The events the gate posts, its annotation and exceptions
 
     def epilog_start(self, jobid, description, timeout=None):
@@ -126,8 +131,9 @@ class Port(Protocol):
 
     def send_activation(self, sink, activation):
         """Send one response (a dict ``{id, description, userid, ran,
-        point[, aborted]}``) to a watcher; returns False if the watcher
-        is gone."""
+        point[, aborted]}``, or a lost hold's, see
+        :mod:`~flux_epilog_gate.gate.lostrecord`) to a watcher; returns
+        False if the watcher is gone."""
 
     def end_watch(self, sink, errnum, text):
         """End a watcher's stream with an error."""

@@ -135,13 +135,25 @@ def parse_watch_points(payload):
 
 def parse_watch(payload):
     """Return the set of descriptions to watch, or None for all."""
-    _object(payload, "watch", (), ("descriptions", "points"))
+    _object(payload, "watch", (), ("descriptions", "points", "lost"))
     descriptions = payload.get("descriptions")
     if descriptions is None:
         return None
     if not isinstance(descriptions, list):
         raise GateError(errno.EPROTO, "watch: descriptions must be a list")
     return frozenset(_description(d, "watch") for d in descriptions) or None
+
+
+def parse_watch_lost(payload):
+    """Return whether a watch request that :func:`parse_watch` accepted
+    asks for lost holds too (``lost``, a boolean; absent or null,
+    false)."""
+    lost = payload.get("lost")
+    if lost is None:
+        return False
+    if not isinstance(lost, bool):
+        raise GateError(errno.EPROTO, "watch: lost must be a boolean")
+    return lost
 
 
 def parse_watch_ack(payload):

@@ -19,6 +19,14 @@ by an ended stream: watching again sends every hold still active.
 So a client that stops reading costs the broker at most :data:`WINDOW`
 responses queued to it, and the gate at most ``watch-backlog``
 references, until it is ended.
+
+A stream that asks for lost holds (``lost``, the owner's) is also sent
+each hold that ended without becoming active (see
+:mod:`flux_epilog_gate.gate.lost`), marked ``"lost": true``: first every
+one the record of lost holds keeps (:mod:`.lostrecord`), before the
+holds already active, then each as it is lost.  Such a hold counts as
+an activation for the flow control, and leaves the record once the
+client acknowledges it: a stream that ends first leaves it to the next.
 """
 
 import errno
@@ -53,9 +61,11 @@ class Watcher:
         "queue",
         "initial",
         "unsent",
+        "lost",
+        "lost_sent",
     )
 
-    def __init__(self, sink, descriptions=None, userid=None, points=None):
+    def __init__(self, sink, descriptions=None, userid=None, points=None, lost=False):
         self.sink = sink
         self.descriptions = frozenset(descriptions) if descriptions else None
         self.userid = userid
@@ -68,6 +78,20 @@ class Watcher:
         # before its turn (a prolog hold aborted) goes with it, not twice.
         self.initial = 0
         self.unsent = set()
+        #: Whether the stream asked for lost holds, and those it was sent
+        #: and that the client has not acknowledged: ``(count, key)``, the
+        #: count of ``sent`` that includes it.
+        self.lost = lost
+        self.lost_sent = deque()
+
+    def wants_lost(self, entry):
+        """True if the stream wants lost hold ``entry`` (a dict)."""
+        return (
+            self.lost
+            and (self.descriptions is None or entry["description"] in self.descriptions)
+            and (self.userid is None or self.userid == entry.get("userid"))
+            and (self.points is None or entry.get("point") in self.points)
+        )
 
     def wants(self, hold):
         return (
@@ -103,15 +127,23 @@ class Watchers:
     hold active or aborted (the lifecycle, the points, recovery).
     """
 
-    def __init__(self, context, jobs):
+    def __init__(self, context, jobs, record=None):
         self.context = context
         self.jobs = jobs
+        #: The record of lost holds not yet delivered
+        #: (:class:`~flux_epilog_gate.gate.lostrecord.LostRecord`).
+        self.record = record
         self.streams = []
         self.ended_behind = 0
 
-    def watch(self, sink, descriptions=None, userid=None, points=None):
-        """Add a watcher; it is first sent every hold already active."""
-        watcher = Watcher(sink, descriptions, userid, points)
+    def watch(self, sink, descriptions=None, userid=None, points=None, lost=False):
+        """Add a watcher; it is first sent every hold already active (with
+        ``lost``, after every lost hold not yet delivered)."""
+        watcher = Watcher(sink, descriptions, userid, points, lost)
+        if lost and self.record is not None:
+            for entry in self.record.entries():
+                if watcher.wants_lost(entry):
+                    watcher.queue.append(entry)
         for job in self.jobs.values():
             for hold in job.holds.values():
                 if hold.state == ACTIVE and watcher.wants(hold):
@@ -142,6 +174,9 @@ class Watchers:
                 "activations sent",
             )
         watcher.acked = max(watcher.acked, count)
+        sent = watcher.lost_sent
+        while sent and sent[0][0] <= count:
+            self.record.delivered(sent.popleft()[1])
         self._drain(watcher)
 
     def _activation(self, hold):
@@ -167,6 +202,24 @@ class Watchers:
             if watcher.wants(hold) and id(hold) not in watcher.unsent:
                 self._offer(watcher, payload)
 
+    def lost(self, entry):
+        """A hold was lost (``entry``, see
+        :func:`~flux_epilog_gate.gate.lostrecord.entry_of`): tell the
+        streams that want lost holds."""
+        for watcher in list(self.streams):
+            if watcher.wants_lost(entry):
+                self._offer_lost(watcher, entry)
+
+    def _offer_lost(self, watcher, entry):
+        """As :meth:`_offer`, for a lost hold (seldom: by the slow path)."""
+        backlog = self.context.config.watch_backlog
+        if watcher.queue or watcher.unacknowledged >= watcher.window(backlog):
+            watcher.queue.append(entry)
+            if watcher.behind > backlog:
+                self._end_behind(watcher)
+        else:
+            self._send(watcher, entry)
+
     def _offer(self, watcher, payload):
         """Send ``payload`` to ``watcher``, or queue it behind what waits."""
         backlog = self.context.config.watch_backlog
@@ -190,16 +243,24 @@ class Watchers:
             if watcher.initial:
                 watcher.initial -= 1
                 watcher.unsent.discard(id(item))
+                if type(item) is dict:
+                    # A lost hold: skip it if delivered meanwhile.
+                    if (item["id"], item["description"]) not in self.record:
+                        continue
                 # Released since the stream started: nothing to do for it.
-                if item.state != ACTIVE:
+                elif item.state != ACTIVE:
                     continue
-                item = self._activation(item)
+                else:
+                    item = self._activation(item)
             if not self._send(watcher, item):
                 return
 
     def _send(self, watcher, payload):
         if self.context.port.send_activation(watcher.sink, payload):
             watcher.sent += 1
+            if "lost" in payload:
+                key = (payload["id"], payload["description"])
+                watcher.lost_sent.append((watcher.sent, key))
             return True
         self._drop(watcher)
         return False
@@ -224,5 +285,6 @@ class Watchers:
     def _drop(self, watcher):
         watcher.queue.clear()
         watcher.unsent.clear()
+        watcher.lost_sent.clear()
         if watcher in self.streams:
             self.streams.remove(watcher)

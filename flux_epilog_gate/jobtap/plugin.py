@@ -64,12 +64,12 @@ def job_topic(
     """Declare a handler ``method(self, job)`` of job topic ``topic``
     (``job.new``, ``job.state.STATE`` or ``job.event.NAME``).
 
-    By default only jobs the plugin marked (:meth:`Jobtap.mark`) reach
+    By default only jobs the plugin marked (:meth:`.Marks.mark`) reach
     it: other jobs never enter Python.  ``every_job``: every job's, while
-    switched on with :meth:`Jobtap.forward` (``job.new``: only this way).
-    ``wanted``: a marked job's, once it asked with :meth:`Jobtap.want`.
+    switched on with :meth:`.Marks.forward` (``job.new``: only this way).
+    ``wanted``: a marked job's, once it asked with :meth:`.Marks.want`.
     ``switched``: a marked job's, only while switched on with
-    :meth:`Jobtap.forward` (off at first: a handler that has nothing to
+    :meth:`.Marks.forward` (off at first: a handler that has nothing to
     do most of the time costs no trip into Python then).
     A ``job.event.*`` call comes only for marked jobs subscribed with
     ``mark(id, events=True)``.  ``requires``: a jobspec key path

@@ -3,7 +3,7 @@
  * which also puts in front of it the constants shared with Python
  * (GATE_MARKER, GATE_ANNOTATION, GATE_DESCRIPTION_MAX,
  * GATE_DESCRIPTION_CHARS, GATE_POINTS) and the
- * prototypes of gate_py_hold and gate_py_release (plugin.py).
+ * prototypes of gate_py_hold and gate_py_release (fast.py).
  *
  *  - The owner's well-formed hold and release requests, the bulk of the
  *    gate's traffic, are decoded here and reach Python as plain values,

@@ -242,11 +242,19 @@ class EpilogGatePlugin(GateDriver):
         payload = payload if payload is not None else {}
         descriptions = protocol.parse_watch(payload)
         points = protocol.parse_watch_points(payload)
+        lost = protocol.parse_watch_lost(payload)
+        if lost and not request.owner:
+            # Delivering a lost hold takes it from the services that wait
+            # for it: the owner's alone.
+            raise GateError(
+                errno.EPERM, "watch: only the instance owner may watch lost holds"
+            )
         self.gate.watch(
             request.keep(),
             descriptions,
             userid=None if request.owner else request.userid,
             points=points,
+            lost=lost,
         )
 
     @request("watch-ack", guests=True)

@@ -42,6 +42,7 @@ SERVED = {
     "posted": "jobs.posted",
     "cancel": "jobs.cancel",
     "read_eventlog": "kvs.read_eventlog",
+    "read_kvs": "kvs.read",
     "kvs_commit": "kvs.commit",
     "kvs_commit_ops": "kvs.commit_ops",
     "kvs_lookup_treeobj": "kvs.lookup_treeobj",
@@ -71,7 +72,8 @@ class GatePort:
         for name, path in SERVED.items():
             setattr(self, name, served(jobtap, path))
         lib, ffi = jobtap.lib, jobtap.ffi
-        # Called for every held job: bound once (see Jobtap.__init__).
+        # Called for every held job: bound once (a lookup on the library
+        # costs more than the attribute).
         self._post_start = lib.gate_post_start
         self._post_finish = lib.gate_post_finish
         self._answer_hold = lib.gate_answer_hold
@@ -216,6 +218,9 @@ class GatePort:
 
     def send_activation(self, msg, activation):
         """Send one ``watch`` response; False if that failed."""
+        if "lost" in activation:
+            # A lost hold (seldom), of its own shape.
+            return self.jobtap.messages.send(msg, activation)
         return (
             self._respond_watch(
                 self.jobtap.h,

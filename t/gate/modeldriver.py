@@ -128,12 +128,13 @@ class Driver:
         """``answer(holds)`` once the list is answered."""
         self._when_ready(lambda: answer(self.gate.list()), lambda *_: None)
 
-    def watch(self, sink, starting):
-        """``starting()`` is called right before the watch starts."""
+    def watch(self, sink, starting, lost=False):
+        """``starting()`` is called right before the watch starts; with
+        ``lost``, the stream also gets lost holds."""
 
         def run():
             starting()
-            self.gate.watch(sink)
+            self.gate.watch(sink, lost=lost)
 
         self._when_ready(run, lambda *_: sink.end("refused"))
 

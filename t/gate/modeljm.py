@@ -22,7 +22,10 @@ flux-core's src/modules/job-manager/event.c):
   once the start request is sent, epilog events only in CLEANUP).
   Events go to the KVS in batches (:meth:`FakeJobManager.flush`), without
   sync.  A restart rebuilds the jobs from their eventlogs in the KVS and
-  runs each one's state action before the plugin sees ``job.new``.
+  runs each one's state action before the plugin sees ``job.new``; a job
+  whose eventlog replays to NEW (a checkpoint holds its ``submit``, put
+  by ingest, and not yet the job-manager's ``validate``) is dropped, its
+  eventlog moved to ``job-lost+found``, as flux-core's restart.c does.
 - :class:`JobtapPort`: the gate's port (documented in
   flux_epilog_gate/gate/__init__.py) for one plugin instance; closed when
   the instance goes away, after which nothing reaches it.
@@ -46,6 +49,8 @@ from flux_epilog_gate.gate import (
 )
 from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.gate.holds import stamp
+from flux_epilog_gate.gate.lost import LOST_FOUND
+from flux_epilog_gate.jobid import f58
 
 _ffi = cffi.FFI()
 
@@ -165,7 +170,12 @@ class FakeJobManager:
             for entry in entries:
                 job.eventlog.append(entry)
                 jm._update(job, entry)
-            if job.state != INACTIVE:
+            if job.state == NEW:
+                # "job ... not replayed: job state (NEW) is invalid after
+                # replay": its directory is moved aside.
+                kvs.data[f"{LOST_FOUND}.{f58(jobid)}.eventlog"] = kvs.data.pop(key)
+                observer.dropped(jobid)
+            elif job.state != INACTIVE:
                 jm.jobs[jobid] = job
         for job in list(jm.jobs.values()):
             # The dependency check and the priority plugin take a job
@@ -225,7 +235,7 @@ class FakeJobManager:
     def _update(job, entry):
         """What an event does to the job (event.c, event_job_update)."""
         _, name, context = entry
-        if name == "submit":
+        if name == "validate" and job.state == NEW:
             job.state = DEPEND
         elif name == "depend" and job.state == DEPEND:
             job.state = PRIORITY
@@ -581,6 +591,20 @@ class JobtapPort:
         """As Jobtap.read_eventlog: answered when the test says so
         (:meth:`FakeInstance.answer_read`)."""
         self.jm.reads.append((self, jobid, callback))
+
+    def read_kvs(self, key, callback):
+        """As Jobtap.read_kvs, answered at once from what the KVS has
+        applied (an eventlog as its text)."""
+        value = self.jm.kvs.data.get(key)
+        if value is None:
+            callback(None, _oserror(errno.ENOENT))
+            return
+        if isinstance(value, tuple):
+            value = "".join(
+                json.dumps({"timestamp": t, "name": name, "context": context}) + "\n"
+                for t, name, context in value
+            )
+        callback(value.encode(), None)
 
 
 class Sink:

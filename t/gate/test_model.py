@@ -12,6 +12,11 @@ was acknowledged:
 - one finish per start: no gate epilog/prolog action is started twice or
   finished when not started;
 - every watcher sees every activation once per stream;
+- every acknowledged hold of a job that the restart drops (its eventlog
+  checkpointed with ``submit`` alone) is reported lost: kept in the
+  record of lost holds until a watcher that asks for lost holds
+  acknowledges it, sent once to each such watcher, and never again
+  once acknowledged (unless a crash undid the record's update);
 - once everything is released and every job cancelled, every job goes
   inactive (nothing hangs).
 
@@ -37,6 +42,7 @@ from hypothesis.stateful import (
     rule,
 )
 
+from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, holdlog
 from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.gate.holds import EPILOG, PROLOG, RECOVERY_DESCRIPTION
@@ -151,6 +157,12 @@ class GateModel(RuleBasedStateMachine):
         self.violations = []
         # Pending holds a restart lost to the platform limit (see _replay).
         self.platform_losses = set()
+        # Acknowledged holds of jobs a restart dropped: each must be
+        # reported lost.
+        self.lost_expected = set()
+        # Lost holds a watcher acknowledged, with the crash count then.
+        self.lost_acked = {}
+        self.crashes = 0
         self.replaying = False
         self.driver = None
         self.limits = (holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS)
@@ -194,6 +206,14 @@ class GateModel(RuleBasedStateMachine):
                         f"job {jobid} posted clean while acknowledged hold "
                         f"{description} keeps it"
                     )
+
+    def dropped(self, jobid):
+        """The restarting job-manager dropped the job (its eventlog
+        replays to NEW): its acknowledged holds will never end well, and
+        must be reported lost."""
+        for key in [key for key in self.kept if key[0] == jobid]:
+            self.lost_expected.add(key)
+            del self.kept[key]
 
     def start_request(self, job):
         self.start_requested.add(job.id)
@@ -281,6 +301,7 @@ class GateModel(RuleBasedStateMachine):
         self.driver.port.close()
         self._end_streams("crash")
         self.kvs.crash()
+        self.crashes += 1
         self._restarted(self._replay())
 
     # Jobs
@@ -427,14 +448,33 @@ class GateModel(RuleBasedStateMachine):
                     f"(listed: {sorted(listed)})"
                 )
 
-    @rule()
-    def watch(self):
+    @rule(lost=st.booleans())
+    def watch(self, lost=False):
         sink = Sink(len(self.sinks))
         sink.expected = Counter()
         sink.maybe = Counter()
         sink.facts_from = None
+        sink.lost = lost
         self.sinks.append(sink)
-        self.driver.watch(sink, lambda: self._watching(sink))
+        self.driver.watch(sink, lambda: self._watching(sink), lost)
+
+    @precondition(lambda self: any(s.open and s.lost for s in self.sinks))
+    @rule()
+    def acknowledge_lost(self):
+        """Each open watcher of lost holds acknowledges what it read."""
+        for sink in self.sinks:
+            if not (sink.open and sink.lost and self.driver.ready):
+                continue
+            try:
+                self.driver.gate.acknowledge(
+                    lambda s, k=sink: s is k, len(sink.received)
+                )
+            except GateError:
+                continue
+            for payload in sink.received:
+                if payload.get("lost"):
+                    key = (payload["id"], payload["description"])
+                    self.lost_acked.setdefault(key, self.crashes)
 
     def _watching(self, sink):
         """The watch starts: it is owed every hold active now, and every
@@ -543,6 +583,7 @@ class GateModel(RuleBasedStateMachine):
             for job in self.jm.active()
         }
         assert not stuck, f"jobs that never go inactive: {stuck}"
+        self.lost_holds_reported()
 
     def _progress(self):
         return (
@@ -558,6 +599,7 @@ class GateModel(RuleBasedStateMachine):
     def check_all(self):
         """Every invariant, now (for the examples below)."""
         self.nothing_went_wrong()
+        self.lost_holds_reported()
         self.acknowledged_epilog_holds_keep_their_jobs()
         self.one_finish_per_start()
         self.watchers_see_every_activation_once()
@@ -602,6 +644,34 @@ class GateModel(RuleBasedStateMachine):
             )
 
     @invariant()
+    def lost_holds_come_once(self):
+        """A watcher of lost holds gets each once, and none that was
+        acknowledged before, unless a crash came between."""
+        for sink in self.sinks:
+            seen = Counter(
+                (a["id"], a["description"]) for a in sink.received if a.get("lost")
+            )
+            twice = [key for key, n in seen.items() if n > 1]
+            assert not twice, f"watcher {sink.number}: lost holds sent twice: {twice}"
+            if not sink.lost:
+                assert not seen, f"watcher {sink.number} did not ask for lost holds"
+
+    @invariant()
+    def lost_holds_reported(self):
+        """Once the load has read every eventlog it asked for: every hold
+        of a dropped job is kept in the record of lost holds, or a
+        watcher acknowledged it."""
+        if self.driver is None or not self.driver.ready or self.jm.reads:
+            return
+        record = self.driver.gate.lost_record
+        missing = sorted(
+            key
+            for key in self.lost_expected
+            if key not in record and key not in self.lost_acked
+        )
+        assert not missing, f"holds of dropped jobs never reported lost: {missing}"
+
+    @invariant()
     def one_finish_per_start(self):
         for job in self.jm.jobs.values():
             wrong = _pairing(job).wrong
@@ -619,6 +689,7 @@ class GateModel(RuleBasedStateMachine):
             received = Counter(
                 (a["id"], a["description"], a["point"], a.get("aborted", False))
                 for a in sink.received
+                if not a.get("lost")
             )
             for key in set(expected) | set(maybe) | set(received):
                 assert expected[key] <= received[key] <= expected[key] + maybe[key], (
@@ -774,6 +845,9 @@ def test_a_crash_that_undoes_a_cancel_during_recovery_keeps_the_prolog_hold(mode
     _steps(
         model,
         ("submit",),
+        # The job's validate goes with the hold's checkpoint: the crash
+        # does not drop the job.
+        ("flush_events",),
         ("hold", 0, "a", PROLOG),
         ("settle",),
         ("crash",),
@@ -818,3 +892,38 @@ def test_a_hold_started_whose_record_failed_ends_after_restart(model, point, ste
         ("watch",),
         ("settle",),
     )
+
+
+def test_a_job_dropped_at_a_crash_has_its_holds_reported_lost_once(model):
+    """The hold's synced commit checkpoints the job's ``submit`` and not
+    yet its ``validate``: the restart after a crash drops the job
+    (flux-core moves it to job-lost+found).  Each of its holds is lost:
+    logged at level error by name, counted, kept for a watcher of lost
+    holds, sent to it once, and not again once acknowledged."""
+    _steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", EPILOG),
+        ("hold", 0, "b", PROLOG),
+        ("kvs_apply", True),
+        ("crash",),
+    )
+    jobid = model.jobids[0]
+    assert model.lost_expected == {(jobid, "a"), (jobid, "b")}
+    _steps(model, ("watch", True), ("answer_read", 0))
+    assert model.driver.gate.stats["lost"] == 2
+    errors = [t for level, t in model.driver.port.logs if level == syslog.LOG_ERR]
+    for description in ("a", "b"):
+        assert any(
+            f"hold {description} of job {f58(jobid)} was lost" in t for t in errors
+        )
+    (sink,) = model.sinks
+    assert sorted((a["description"], a["point"]) for a in sink.received) == [
+        ("a", EPILOG),
+        ("b", PROLOG),
+    ]
+    assert all(a["lost"] and a["reason"].startswith("lost: ") for a in sink.received)
+    _steps(model, ("acknowledge_lost",), ("kvs_apply", True), ("crash",))
+    _steps(model, ("watch", True), ("settle",))
+    assert model.sinks[1].received == []
+    assert len(model.driver.gate.lost_record) == 0

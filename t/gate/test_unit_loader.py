@@ -510,7 +510,7 @@ def test_holds_past_the_limit_are_dropped_and_each_reported_lost(port):
             f"hold {description} of job" in text and "more than" in text
             for text in errors(port)
         )
-        assert gate.jobs.gone.get(11, description) == Reason.LOST
+        assert gate.jobs.gone.get(11, description) == Reason.LOST_LIMIT
     # Recorded: the next load has nothing past the limit to report.
     gate.holdlog.barrier(lambda error: None)
     again = FakePort()
