@@ -6,8 +6,15 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# No per-example deadline by default: the test files run side by side
+# (make check), and an example's time then says how busy the machine is,
+# not how fast the code is.  A test that means a deadline sets its own.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 def skip_unless(condition, reason):
