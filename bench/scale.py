@@ -13,6 +13,8 @@ from client import Client
 from common import DESCRIPTION, GATE_SERVICE, HERE, log, spec_for
 from observer import Broker, caches
 
+from flux_epilog_gate.gate.holdlog import KEY, RELEASE_GRACE, SEGMENTS, segment_key
+
 
 def hold_scale_run(plugins, args, plugin_kind, options=None):
     """Broker memory growth per held job, and (epilog-gate only) the
@@ -169,9 +171,11 @@ def growth_run(plugins, sizes, cores, settle, repeat):
         spec = spec_for("exception")
         client.warm_up(20, spec)
         held = 0
+        every = []
         for size in sizes:
             log(f"growth: {size} holds")
             ids = client.submit_held(size - held, spec)
+            every.extend(ids)
             probe = client.submit_held(PROBE_PAIRS, spec)
             broker.quiesce(limit=30)
             trimmed = broker.settle(settle)
@@ -195,7 +199,52 @@ def growth_run(plugins, sizes, cores, settle, repeat):
             )
             rows.append(row)
             print_growth_row(row, header=len(rows) == 1)
-    return rows
+        drained = drain_run(inst, client, every)
+    return rows, drained
+
+
+def drain_run(inst, client, ids):
+    """Fill to N, drain to 0: every hold of ``ids`` released,
+    :data:`HOLD_WINDOW` requests in flight; the bytes of the hold log (its
+    key and segments) before and once it is still after."""
+    before = log_bytes(inst)
+    log(f"drain: releasing {len(ids)} holds")
+    for jobid in ids:
+        client.release(jobid)
+        if client.pending_responses >= HOLD_WINDOW:
+            client.run_until(
+                lambda: client.pending_responses < HOLD_WINDOW // 2,
+                what="release answers",
+            )
+    client.drain_responses(timeout=300)
+    after, last = log_bytes(inst), None
+    # Until two readings agree: a snapshot in parts may still be on its
+    # way, and the release entries it keeps expire after RELEASE_GRACE.
+    while after != last:
+        time.sleep(RELEASE_GRACE + 0.5)
+        after, last = log_bytes(inst), after
+    out = {"holds": len(ids), "log_bytes_full": before, "log_bytes_drained": after}
+    print(
+        f"fill to {len(ids)}, drain to 0: hold log (key and segments) "
+        f"{before / 1024:.0f} KiB full, {after / 1024:.0f} KiB drained",
+        flush=True,
+    )
+    return out
+
+
+def log_bytes(inst):
+    """Bytes of the hold log in the KVS: its key and its segments."""
+    total = 0
+    done = inst.flux("kvs", "ls", "-1", SEGMENTS, check=False)
+    if done.returncode == 0:
+        for name in done.stdout.split():
+            total += len(
+                inst.flux("kvs", "get", segment_key(int(name.rstrip(".")))).stdout
+            )
+    done = inst.flux("kvs", "get", KEY, check=False)
+    if done.returncode == 0:
+        total += len(done.stdout)
+    return total
 
 
 def per_hold(before, after, count):
@@ -335,9 +384,11 @@ def main():
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     with tempfile.TemporaryDirectory(prefix="epilog-gate-scale-") as tmp:
-        rows = growth_run(Plugins(tmp), sizes, args.cores, args.settle, args.repeat)
+        rows, drained = growth_run(
+            Plugins(tmp), sizes, args.cores, args.settle, args.repeat
+        )
     output = args.output or result_path("scale")
-    write_results(output, {"sizes": rows}, indent=2)
+    write_results(output, {"sizes": rows, "drain": drained}, indent=2)
     print(f"results: {output}")
 
 

@@ -12,6 +12,6 @@ ensure_flux_bindings()
 
 from .client import EpilogGate, NoAnswerError  # noqa: E402
 from .paths import plugin_path  # noqa: E402
+from .version import __version__  # noqa: E402
 
-__version__ = "0.1.0"
 __all__ = ["EpilogGate", "NoAnswerError", "plugin_path", "__version__"]

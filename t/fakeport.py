@@ -356,6 +356,12 @@ class FakePort:
             (EXCEPTION, {"note": note, "severity": 0, "type": "dependency"})
         )
 
+    def raise_job_exception(self, jobid, type, severity, note):
+        self._maybe_fail(EXCEPTION)
+        self.events[jobid].append(
+            (EXCEPTION, {"note": note, "severity": severity, "type": type})
+        )
+
     def want_run(self, jobid):
         self.run_wanted.add(jobid)
 

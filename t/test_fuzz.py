@@ -33,8 +33,10 @@ from flux_epilog_gate.testing import Instance
 
 SERVICE = "job-manager.epilog-gate"
 #: The errors a request may get (EEXIST: the same description held at
-#: another point).
+#: another point; EMSGSIZE: a payload past 128 KiB, such as a HUGE
+#: description).
 ALLOWED = {
+    errno.EMSGSIZE,
     errno.EPROTO,
     errno.EINVAL,
     errno.ENOENT,

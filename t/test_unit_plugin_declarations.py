@@ -40,7 +40,7 @@ def test_a_subclass_redeclares_and_drops_its_base_handlers():
         ("job.state.depend", "every_job", "attributes.system.dw", False, "on_depend"),
         ("job.state.cleanup", "marked", None, True, "on_cleanup"),
     ]
-    assert Derived._methods == [("list", True, None, "list_request")]
+    assert Derived._methods == [("list", True, None, 0, "list_request")]
     Base._collect()
     assert [t[2] for t in Base._job_topics] == [None, None]
     assert [m[0] for m in Base._methods] == ["list", "hold"]

@@ -34,7 +34,6 @@ filtered in C.
 
 import errno
 import json
-import math
 import syslog
 
 import flux.constants
@@ -42,7 +41,7 @@ from flux.job import JobID
 
 from ..errors import GateError
 from ..gate import protocol
-from ..gate.config import Config
+from ..gate.config import Config, ConfigError
 from ..gate.holds import ACTIVE
 from ..gate.holds import DEPEND as DEPEND_POINT
 from ..gate.holds import EPILOG as EPILOG_POINT
@@ -50,6 +49,7 @@ from ..gate.holds import PROLOG as PROLOG_POINT
 from ..jobtap.plugin import Refused, RequestError, job_topic, plugin_topic
 from ..jobtap.plugin import request as rpc_method
 from ..plugin import GateDriver, after_recovery
+from .config import epilog_timeout
 from .constraints import ConstraintError, combine
 from .eventlog import created_before, held_actions
 from .names import (
@@ -107,6 +107,16 @@ def missing_keys(payload, keys):
     return None
 
 
+def exception_of(context):
+    """The job exception whose event context is ``context``, as the
+    gate records it with the end of a hold (``{type, severity, note}``),
+    or True if it has no type (the gate then records none)."""
+    kind, note = context.get("type"), context.get("note", "")
+    if not isinstance(kind, str) or not kind or not isinstance(note, str):
+        return True
+    return {"type": kind, "severity": 0, "note": note}
+
+
 def not_started(jobid, description, why=None):
     """The error of a request to end a prolog or epilog that is not open."""
     action = "prolog" if description == SETUP else "epilog"
@@ -114,16 +124,6 @@ def not_started(jobid, description, why=None):
     if why is not None:
         text += f": it has not started, {why}"
     return text
-
-
-def parse_timeout(options):
-    """The epilog timeout of the load options (seconds, <= 0: none)."""
-    value = options.get("epilog-timeout", 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise Refused(f"dws: epilog-timeout: {value!r} is not a number of seconds")
-    if not math.isfinite(value):
-        raise Refused(f"dws: epilog-timeout: {value!r} is not finite")
-    return float(value)
 
 
 class Dws(GateDriver):
@@ -137,11 +137,16 @@ class Dws(GateDriver):
     def __init__(self, jobtap):
         super().__init__(jobtap)
         self.epilog_timeout = 0.0
+        #: Why the epilog timeout in force is not the load's (a load
+        #: despite a bad one while the instance started), or None.
+        self.config_error = None
         self.configured = False
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
         #: Jobs whose lost holds' workflow this instance tore down.
         self.torn = set()
+        #: When this instance became a listener of the gate.
+        self.listening_since = None
 
     # Configuration
 
@@ -151,7 +156,7 @@ class Dws(GateDriver):
         nothing: the options are the load's)."""
         if self.configured:
             return
-        timeout = parse_timeout(self.jobtap.load_options())
+        timeout = self._timeout()
         if not self.jobtap.load_options_given():
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
         self.log(syslog.LOG_INFO, f"epilog timeout = {timeout:.3f}s")
@@ -159,9 +164,30 @@ class Dws(GateDriver):
         # The gate dws.so loads (alone) has the defaults: epilog-gate's
         # configuration is epilog-gate.so's.
         self.commit(Config())
+        # A cancel while dws.so is removed ends dws-setup all the same.
+        self.gate.end_when_aborted(SETUP)
         self.gate.add_listener(self)
+        #: Activations from now on are told to this instance.
+        self.listening_since = self.jobtap.now()
         self.configured = True
         self.when_ready(self.adopt)
+
+    def _timeout(self):
+        """The load's epilog timeout.  A bad one fails the load (Refused),
+        unless the instance is starting: then, as the C plugin does, the
+        plugin runs without a timeout and says why (an error in the log
+        and ``config_error`` in its query)."""
+        try:
+            return epilog_timeout(self.jobtap.load_options())
+        except ConfigError as exc:
+            if not self.instance_starting():
+                raise Refused(f"dws: {exc}") from None
+            self.config_error = (
+                f"{exc}: loaded without an epilog timeout (fix the option, "
+                "then load dws.so again)"
+            )
+            self.log(syslog.LOG_ERR, self.config_error)
+            return 0.0
 
     def forward(self, new=False, depend=False):
         """The gate's job.new while it loads; every rabbit job's
@@ -173,6 +199,7 @@ class Dws(GateDriver):
     def query(self, args):
         return {
             "epilog-timeout": self.epilog_timeout,
+            "config_error": self.config_error,
             "drives-gate": self.driving,
             "prologs": self._active(SETUP),
             "epilogs": self._active(EPILOG),
@@ -186,16 +213,20 @@ class Dws(GateDriver):
 
     def fail(self, jobid, type, errstr):
         """Raise a fatal exception of ``type`` on the job for a failed
-        interaction with the DWS service."""
-        self.raise_exception(
+        interaction with the DWS service; return it (see
+        :meth:`raise_exception`)."""
+        return self.raise_exception(
             jobid, type, FAILED + (errstr or "<no error string provided>")
         )
 
     def raise_exception(self, jobid, type, note):
+        """Raise a fatal exception on the job; return it as the gate
+        records it with the end of a hold, ``{type, severity, note}``."""
         try:
             self.jobtap.jobs.raise_exception(jobid, type, 0, note)
         except OSError as exc:
             self.log(syslog.LOG_ERR, f"raising {type} on {f58(jobid)}: {exc}")
+        return {"type": type, "severity": 0, "note": note}
 
     def holds(self, jobid):
         """The job's holds in the gate ({} if none)."""
@@ -206,9 +237,11 @@ class Dws(GateDriver):
         return hold is not None and hold.state == ACTIVE
 
     def release(self, jobid, description, status, raised=False):
-        """Release the job's hold; True if it held.  ``raised``: this
-        plugin raised the job's fatal exception itself (the gate raises
-        none)."""
+        """Release the job's hold; True if it held.  ``raised``: the job's
+        fatal exception is this plugin's or the one it ended the hold for
+        (the gate raises none), ``{type, severity, note}`` if known: the
+        gate records it with the end, and raises it again should a crash
+        lose it."""
         released, _ = self.gate.release(jobid, description, status, raised=raised)
         return released
 
@@ -224,29 +257,43 @@ class Dws(GateDriver):
             if POINTS.get(entry["description"]) == entry.get("point"):
                 self.teardown_lost(entry["id"], entry["description"])
         for jobid in self._active(SETUP):
-            if since is not None and self.holds(jobid)[SETUP].t_start >= since:
+            if self.state_of(jobid) == CLEANUP and self.is_rabbit(jobid):
+                # Its fatal exception came while dws.so was not loaded.
+                self.end_aborted_setup(jobid)
+        for jobid in self._active(SETUP):
+            if self.unseen(since, self.holds(jobid)[SETUP].t_start):
                 if self.is_rabbit(jobid):
                     self.start_setup(jobid)
         for jobid in self._active(EPILOG):
             t_start = self.holds(jobid)[EPILOG].t_start
-            if since is not None and t_start >= since and self.is_rabbit(jobid):
+            if self.unseen(since, t_start) and self.is_rabbit(jobid):
                 self.start_epilog(jobid, t_start)
             else:
                 self.arm_timeout(jobid, t_start)
+
+    def unseen(self, since, t_start):
+        """True if an activation at ``t_start`` came after dws.so left
+        this job-manager (at ``since``, None if it never did) and before
+        this instance listened."""
+        return since is not None and since <= t_start < self.listening_since
 
     # Dependency: dws-create
 
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def on_depend(self, job):
-        jobspec = job.jobspec
-        system = jobspec["attributes"]["system"]
-        tolerance = system.get("dw_failure_tolerance", 0)
-        resources = jobspec.get("resources")
+        # Only the keys the service needs are decoded: the rest of the
+        # jobspec is its user's, and may be anything.
+        try:
+            directives = job.get(f"jobspec.{DW}")
+            tolerance = job.get(f"jobspec.{DW}_failure_tolerance", 0)
+            resources = job.get("jobspec.resources")
+        except ValueError:
+            directives = resources = None
         if type(tolerance) is not int or resources is None:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
         payload = {
-            "dw_directives": system["dw"],
+            "dw_directives": directives,
             "jobid": job.id,
             "resources": resources,
             "userid": job.userid,
@@ -260,10 +307,7 @@ class Dws(GateDriver):
         self.begin(job.id, payload, inherited=self.loading)
 
     def recovered(self, jobid, payload):
-        try:
-            state = self.jobtap.jobs.lookup(jobid).get("state")
-        except OSError:
-            return
+        state = self.state_of(jobid)
         if state == DEPEND:
             self.begin(jobid, payload, inherited=True)
 
@@ -354,17 +398,12 @@ class Dws(GateDriver):
             self.fail(jobid, "dws", str(errmsg))
             request.respond(None)
             return
-        try:
-            job = self.jobtap.jobs.lookup(jobid)
-        except OSError:
-            job = None
-        if job is None or job.get("state") != DEPEND:
+        if self.state_of(jobid) != DEPEND:
             raise RequestError(errno.ENOENT, "job not found in depend state")
         update = {"resources": payload["resources"]}
         if payload["exclude"] is not None:
-            system = job.get("jobspec", {}).get("attributes", {}).get("system", {})
             update["attributes.system.constraints"] = self.constraints(
-                jobid, system, payload["exclude"]
+                jobid, payload["exclude"]
             )
         try:
             self.jobtap.jobs.jobspec_update(jobid, update)
@@ -383,19 +422,36 @@ class Dws(GateDriver):
             raise RequestError(getattr(exc, "errno", errno.EIO), errmsg) from None
         request.respond(None)
 
-    def constraints(self, jobid, system, exclude):
+    def constraints(self, jobid, exclude):
         """The job's new constraints: its own joined with ``exclude``,
         checked whole (its own may be of a shape no matcher takes); on
         failure raise the job's exception and RequestError."""
         try:
-            combined = combine(system, exclude)
+            combined = combine(self.system_keys(jobid), exclude)
             check_constraint(combined, "attributes.system.constraints")
-        except (ConstraintError, Malformed) as exc:
+        except (ConstraintError, Malformed, OSError, ValueError) as exc:
             errmsg = "Could not generate new constraints"
             self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
             self.fail(jobid, "dws", errmsg)
             raise RequestError(errno.EINVAL, f"{errmsg}: {exc}") from None
         return combined
+
+    def system_keys(self, jobid):
+        """What :func:`~.constraints.combine` reads of the job's
+        ``attributes.system``, each key decoded alone."""
+        system = {}
+        for key in ("constraints", "allow_rabbits"):
+            value = self.jobtap.jobs.value(jobid, f"jobspec.attributes.system.{key}")
+            if value is not None:
+                system[key] = value
+        return system
+
+    def state_of(self, jobid):
+        """The job's state, None if it is not active."""
+        try:
+            return self.jobtap.jobs.info(jobid)[0]
+        except OSError:
+            return None
 
     # Prolog: dws-setup
 
@@ -409,14 +465,26 @@ class Dws(GateDriver):
             if self.is_rabbit(hold.id):
                 self.start_epilog(hold.id, hold.t_start)
 
+    def end_aborted_setup(self, jobid):
+        """End the dws-setup of a job that will never start: status 1,
+        and no exception of the gate's (the job has its fatal one)."""
+        if self.active(jobid, SETUP):
+            self.log(
+                syslog.LOG_INFO,
+                f"{f58(jobid)}: {SETUP} ended: the job will never start",
+            )
+            self.release(jobid, SETUP, 1, raised=True)
+
     def is_rabbit(self, jobid):
         """True if the job asks for rabbit storage (a hold of this name
         on another job is someone else's)."""
         try:
-            jobspec = self.jobtap.jobs.lookup(jobid).get("jobspec", {})
+            return self.jobtap.jobs.value(jobid, f"jobspec.{DW}") is not None
         except OSError:
             return False
-        return "dw" in jobspec.get("attributes", {}).get("system", {})
+        except ValueError:
+            # It has the key: a value that cannot be decoded is its own.
+            return True
 
     def start_setup(self, jobid):
         self.jobtap.kvs.read(
@@ -430,7 +498,7 @@ class Dws(GateDriver):
             return
         try:
             R = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             self.setup_failed(jobid, "Failed to unpack R")
             return
         self.jobtap.messages.rpc(
@@ -557,35 +625,28 @@ class Dws(GateDriver):
 
     def epilog_timed_out(self, jobid):
         self.timers.pop(jobid, None)
-        try:
-            state = self.jobtap.jobs.lookup(jobid).get("state")
-        except OSError:
-            return
-        if state == CLEANUP:
+        if self.state_of(jobid) == CLEANUP:
             self.raise_exception(jobid, EPILOG_TIMEOUT, "DWS epilog timed out")
 
     def finish_epilog(self, jobid, success, errstr):
         """End the job's dws-epilog (status 0 on success, else 1 after an
         exception naming ``errstr``); True if it was held."""
+        raised = False
         if not success:
             self.log(
                 syslog.LOG_ERR,
                 f"Failed to clean up DWS workflow object for job {f58(jobid)}",
             )
-            self.fail(jobid, EPILOG, errstr)
+            raised = self.fail(jobid, EPILOG, errstr)
         self.stop_timeout(jobid)
-        return self.release(jobid, EPILOG, 0 if success else 1, raised=not success)
+        return self.release(jobid, EPILOG, 0 if success else 1, raised=raised)
 
     @rpc_method("epilog-remove")
     @after_recovery
     def epilog_remove(self, request):
         """The job's storage is torn down: ``{id}``; let it go inactive."""
         jobid = self.payload_of(request, "epilog-remove", (), raise_on_job=False)["id"]
-        try:
-            state = self.jobtap.jobs.lookup(jobid).get("state")
-        except OSError:
-            state = None
-        if state != CLEANUP:
+        if self.state_of(jobid) != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.holds(jobid).get(EPILOG)
         if hold is None and not self.gate.gone(jobid, EPILOG):
@@ -614,14 +675,15 @@ class Dws(GateDriver):
         """A job exception of a job the gate holds."""
         if context.get("severity") != 0:
             return
+        raised = exception_of(context)
         if self.active(jobid, SETUP):
-            self.release(jobid, SETUP, 1, raised=True)
+            self.release(jobid, SETUP, 1, raised=raised)
         elif self.active(jobid, EPILOG):
             if context.get("type") == EPILOG_TIMEOUT:
                 # Answered, but nothing waits for the answer.
                 self.jobtap.messages.rpc("dws.abort", {"jobid": jobid})
                 self.stop_timeout(jobid)
-                self.release(jobid, EPILOG, 1, raised=True)
+                self.release(jobid, EPILOG, 1, raised=raised)
             else:
                 self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})
 
@@ -661,13 +723,13 @@ class Dws(GateDriver):
 
     # Requests
 
-    @rpc_method("list", guests=True)
+    @rpc_method("list", guests=True, max_bytes=protocol.REQUEST_BYTES_MAX)
     @after_recovery
     def list_request(self, request):
         """The gate's ``list``, served under dws's name too: with dws.so
         loaded alone, ``flux-epilog-gate list`` shows a rabbit job's holds."""
-        payload = request.payload
         try:
+            payload = request.payload
             payload = payload if payload is not None else {}
             jobid = protocol.parse_list(payload)
             text = self.gate.list_json(

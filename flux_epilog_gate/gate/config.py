@@ -25,7 +25,8 @@ from .holds import EPILOG, POINTS, description_error
 RULE_KEYS = ("attribute", "equals", "description", "timeout", "point")
 
 #: Entry points where ``debug-fault`` makes the plugin raise, to prove that
-#: an exception inside the job-manager is contained (tests only).  With
+#: an exception inside the job-manager is contained (tests only: a load
+#: option, never a key of the ``[epilog-gate]`` table, see OPTION_ONLY).  With
 #: ``init`` (Python's start-up of the instance) and ``plugin-init`` (the end
 #: of ``flux_plugin_init``, in C) the load itself fails: both are read from
 #: the load options.  ``slow-recovery`` is no fault: it delays each read
@@ -104,7 +105,7 @@ def parse_duration(value, key="timeout"):
         raise ConfigError(
             f"{key}: expected a duration such as 30 or 10m, got {shown(value)}"
         )
-    seconds = _fsd_seconds(value) if isinstance(value, str) else as_seconds(value)
+    seconds = fsd_seconds(value) if isinstance(value, str) else as_seconds(value)
     if seconds is None:
         raise ConfigError(
             f"{key}: {shown(value)} is not a duration (seconds, or a number "
@@ -139,8 +140,10 @@ _NOT_FINITE = re.compile(r"[-+]?(?:inf|infinity|nan)", re.IGNORECASE)
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
-def _fsd_seconds(text):
-    """Seconds of a duration's text, or None if it is not one."""
+def fsd_seconds(text):
+    """Seconds of a duration's text (a Flux Standard Duration in ASCII,
+    see :func:`parse_duration`), or None if it is not one.  Not checked
+    further: it may be 0, negative, infinite or NaN."""
     match = _FSD.fullmatch(text)
     if match:
         number, unit = match.groups()
@@ -334,6 +337,11 @@ _PARSERS = {
 }
 KEYS = tuple(_PARSERS)
 
+#: Keys taken only as load options: ``debug-fault`` is a switch of the
+#: tests, which give it to the load they test; in the instance's
+#: ``[epilog-gate]`` table it would break the gate of a real instance.
+OPTION_ONLY = frozenset({"debug-fault"})
+
 
 def _read_source(source, origin, overridden=()):
     """The Config attributes a source sets (``origin``: TABLE or OPTION),
@@ -347,7 +355,15 @@ def _read_source(source, origin, overridden=()):
     values = {}
     for key, value in source.items():
         if key not in _PARSERS:
-            raise ConfigError(f"{key}: unknown {origin} key (known: {', '.join(KEYS)})")
+            known = [k for k in KEYS if origin == OPTION or k not in OPTION_ONLY]
+            raise ConfigError(
+                f"{key}: unknown {origin} key (known: {', '.join(known)})"
+            )
+        if key in OPTION_ONLY and origin != OPTION:
+            raise ConfigError(
+                f"{key}: a switch of the tests, taken only as a load option, "
+                f"never from {TABLE}"
+            )
         attribute, parse = _PARSERS[key]
         try:
             values[attribute] = parse(value, key, origin)

@@ -202,6 +202,14 @@ class Gate:
             lost_undelivered=len(self.lost_record),
         )
 
+    def end_when_aborted(self, description):
+        """Prolog holds ``description`` end with status 1 when their job
+        enters CLEANUP before it started, rather than wait for a release
+        (a plugin of the gate whose holds these are, such as dws's
+        ``dws-setup``): whichever plugin drives the gate then, also one
+        that knows nothing of them.  Kept with the gate across reloads."""
+        self.prolog.ends_aborted.add(description)
+
     def lost_holds(self):
         """The lost holds no service has taken yet (see
         :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first."""

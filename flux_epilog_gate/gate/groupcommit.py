@@ -75,9 +75,10 @@ class GroupCommit:
         self.in_flight = None
         self.sync = True
         self.commits = 0
-        #: The value does not end its last line (it was written by another
-        #: hand): the next batch ends it first.
-        self.unended = False
+        #: Text the next batch begins with, or None: the end of the
+        #: value's last line (it was written by another hand), or the
+        #: log's format (a log begun anew).
+        self.prefix = None
         # Armed after a failed commit left records queued (RETRY_DELAY).
         self.retry_timer = None
 
@@ -119,21 +120,21 @@ class GroupCommit:
     def take(self):
         """The queued records and their callbacks go in the next commit."""
         self.sent, self.queued = self.queued, []
-        if self.unended:
-            # An append would run into the value's last line (a blank
-            # line is no entry).
-            self.unended = False
-            self.sent.insert(0, "\n")
+        if self.prefix is not None:
+            self.sent.insert(0, self.prefix)
+            self.prefix = None
         self.in_flight, self.waiters = self.waiters, []
 
-    def append(self):
-        """Send the batch taken as an append to :data:`KEY`."""
+    def append(self, text=None):
+        """Send the batch taken as an append to :data:`KEY` (``text``:
+        its records joined, if the caller has them)."""
         if not self.sent:
             # Only a snapshot, given up, was to be sent.
             waiters, self.in_flight = self.in_flight, None
             self.answer(waiters or (), None)
             return
-        text = "".join(self.sent)
+        if text is None:
+            text = "".join(self.sent)
         self.compaction.appended(len(text))
         self.commits += 1
         try:
@@ -267,6 +268,46 @@ class GroupCommit:
         first in the next batch."""
         self.queued[:0] = records
         self.kick()
+
+
+class Refusal:
+    """In the place of a :class:`GroupCommit` while the log is of a newer
+    format than this build reads: nothing is written, and every callback
+    is answered, from a timer (as a commit would be), with an error
+    saying ``why``."""
+
+    def __init__(self, port, why):
+        self.port = port
+        self.error = OSError(errno.EPROTO, why)
+        self.waiters = []
+        self.timer = None
+        self.commits = 0
+
+    def add(self, line, callback):
+        """``line`` is not written; ``callback`` gets the error."""
+        if callback is not None:
+            self.barrier(callback)
+
+    def barrier(self, callback):
+        """``callback`` gets the error."""
+        self.waiters.append(callback)
+        if self.timer is None:
+            self.timer = self.port.timer(0.0, self._answer)
+
+    def kick(self):
+        """Nothing is sent."""
+
+    def waiting(self):
+        return len(self.waiters)
+
+    def _answer(self):
+        self.timer = None
+        waiters, self.waiters = self.waiters, []
+        for callback in waiters:
+            try:
+                callback(self.error)
+            except Exception:  # noqa: BLE001 - one answer must not stop the rest
+                self.port.log(syslog.LOG_ERR, f"{KEY}: answering a request failed")
 
 
 def value_treeobj_error(treeobj):

@@ -12,6 +12,7 @@ over by the next load writes every record that was not confirmed again.
 """
 
 from .groupcommit import NotConfirmed
+from .logentries import format_entry
 
 
 class Handover:
@@ -40,7 +41,13 @@ class Handover:
         replaced by a snapshot at the next commit.  ``unended``: the
         value does not end its last line (it was written by another
         hand); the next text sent ends it first."""
-        self.commit.unended = unended
+        if unended:
+            # An append would run into the value's last line (a blank
+            # line is no entry).
+            self.commit.prefix = "\n"
+        elif not size:
+            # A log begun anew says its format.
+            self.commit.prefix = format_entry(*self.log.port.stamp())
         self.compaction.found(size, base, last)
         self.segments.found(last)
 

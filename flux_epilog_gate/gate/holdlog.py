@@ -20,10 +20,14 @@ Entries (RFC 18 eventlog lines):
     sent, see :mod:`flux_epilog_gate.gate.depend`)
 ``epilog_gate.cancel {id, description}``
     a pending hold was released before the job reached its epilog point
-``epilog_gate.release {id, description, status}``
+``epilog_gate.release {id, description, status[, exception]}``
     an active hold was released: its ``epilog-finish`` reaches the job's
     eventlog only with the job-manager's own (unsynced) event batch, so
-    recovery finishes a hold that has this entry but no ``epilog-finish``
+    recovery finishes a hold that has this entry but no ``epilog-finish``;
+    ``exception`` (``{type, severity, note}``) only if the releaser raised
+    the job exception that goes with the end itself (a plugin of the gate,
+    such as dws's ``dws-epilog-timeout``): recovery raises it again if the
+    crash lost it too, rather than the gate's own
 
 An active hold is also told by the ``epilog-start`` the gate posted,
 marked with :data:`MARKER` and the hold's timeout: that is where its
@@ -51,13 +55,19 @@ created by a failed request is withdrawn (see
 error.  The failed batch's records are sent again with the next commit,
 so the log stays a faithful history.
 
-**Snapshots.**  Whenever the log has grown past :data:`MAX_BYTES` (or
-past twice the last snapshot, if that is larger: many live holds), and
-every :data:`MAX_APPENDS` appends while the last snapshot is smaller
-than :data:`SEGMENT_FLOOR`, the log is replaced by a snapshot (see
-:mod:`flux_epilog_gate.gate.snapshot`).  The value thus stays under the
-larger of :data:`MAX_BYTES` and twice what the live holds take, plus
-one batch, however many holds come and go.
+**Snapshots.**  The log is replaced by a snapshot (see
+:mod:`flux_epilog_gate.gate.snapshot`) once it is :data:`MAX_BYTES` or
+more and twice what the snapshot would write, if twice the bytes
+appended since the last one are at least the live holds' part of it
+(so a snapshot is paid for by the records that made it due); and every
+:data:`MAX_APPENDS` appends while the last snapshot is smaller than
+:data:`SEGMENT_FLOOR`.  What a snapshot would write is reckoned from
+what is live now (the holds counted, each entry as large as the last
+snapshot measured them, and the release entries kept), not from the
+last snapshot: so the log, key and segments together, stays under the
+larger of :data:`MAX_BYTES` and about twice what the live holds take,
+however many holds come and go, and shrinks with them.  A log left idle
+looks again once the release entries it keeps expire.
 
 **Segments.**  Once the last snapshot is :data:`SEGMENT_FLOOR` bytes or
 more, a :data:`KEY` that took :data:`MAX_APPENDS` appends is made a
@@ -88,7 +98,7 @@ parts and segments ``kvs_commit_ops(ops, callback, sync)`` and
 
 import syslog
 
-from .groupcommit import RETRY_DELAY, GroupCommit, NotConfirmed
+from .groupcommit import RETRY_DELAY, GroupCommit, NotConfirmed, Refusal
 from .handover import Handover
 from .holds import HOLD_EVENT
 from .logentries import KEY, MARKER, _line, cancel_entry, hold_entry, release_entry
@@ -142,9 +152,18 @@ SEGMENT_FLOOR = 128 * 1024
 #: segments, rewritten on every append, holds a reference to each.
 MAX_SEGMENTS = 64
 
-#: Bytes of the value past which the next commit is a snapshot (unless
-#: the last snapshot was more than half of that: then twice its size).
+#: Bytes of the log past which the next commit is a snapshot, if the log
+#: is twice what the snapshot would write, or more.
 MAX_BYTES = 256 * 1024
+
+#: Seconds after the oldest release entry a snapshot keeps expires before
+#: an idle log looks whether a snapshot is due (timers may fire early by
+#: the clock's grain).
+CHECK_SLACK = 0.1
+
+#: Bytes of a hold's entry, until a snapshot measures them: an epilog
+#: hold with a short description.
+HOLD_BYTES = 110
 
 
 class Compaction:
@@ -153,13 +172,22 @@ class Compaction:
 
     Owns ``size``, the bytes of the log (its key and segments);
     ``appends``, the appends to its key; ``snapshot_size``, the bytes of
-    the last snapshot.  Whatever writes to the log reports it here.
+    the last snapshot; ``since``, the bytes appended since; ``holds``,
+    the live holds (counted at each snapshot, then by their records; None
+    after a load, until they are counted);
+    ``hold_bytes``, what a hold's entry took in the last snapshot that
+    had any.  Whatever writes to the log reports it here.
     """
 
     def __init__(self):
         self.size = 0
         self.appends = 0
         self.snapshot_size = 0
+        self.since = 0
+        self.holds = 0
+        self.hold_bytes = HOLD_BYTES
+        #: A snapshot is due whatever the log takes (see snapshot_instead).
+        self.forced = False
 
     # What was written
 
@@ -167,16 +195,37 @@ class Compaction:
         """A batch of ``nbytes`` was appended to the key."""
         self.appends += 1
         self.size += nbytes
+        self.since += nbytes
 
-    def replaced(self, nbytes):
-        """A snapshot of ``nbytes`` replaced the log."""
-        self.appends = 0
+    def replaced(self, nbytes, hold_bytes=0, taken=0, live=0):
+        """A snapshot of ``nbytes`` replaced the log, ``hold_bytes`` of
+        them the entries of ``taken`` holds; ``live`` holds now."""
+        self.appends = self.since = 0
         self.size = self.snapshot_size = nbytes
+        self.forced = False
+        self.holds = live
+        if taken:
+            self.hold_bytes = max(hold_bytes // taken, 1)
+
+    def held(self):
+        """A hold's entry was recorded."""
+        if self.holds is not None:
+            self.holds += 1
+
+    def ended(self):
+        """A hold's cancel or release was recorded."""
+        if self.holds:
+            self.holds -= 1
+
+    def counted(self, holds):
+        """The live holds were counted: ``holds``."""
+        self.holds = holds
 
     def rotated(self, nbytes):
         """The key was made a segment, a batch of ``nbytes`` its value."""
         self.appends = 1
         self.size += nbytes
+        self.since += nbytes
 
     def key_full(self):
         """The key is to be made a segment at the next batch."""
@@ -188,40 +237,66 @@ class Compaction:
         self.appends = 0
 
     def snapshot_instead(self):
-        """A snapshot is due at the next commit."""
-        self.size = max(self.size, MAX_BYTES, 2 * self.snapshot_size)
+        """A snapshot is due at the next commit, whatever the log takes."""
+        self.forced = True
+        self.size = max(self.size, MAX_BYTES)
 
     def found(self, size, base, segments):
         """The load found the log ``size`` bytes long, ``base`` of them
         in its first value, with ``segments`` after the last snapshot
         (None: some could not be read)."""
-        self.size = size
+        self.size = self.since = size
+        # The holds the load recovers have no record here: counted once
+        # they are known.
+        self.holds = None
         if segments is None:
-            self.size = max(size, MAX_BYTES)
+            self.snapshot_instead()
         elif segments > 0:
             # The first segment begins with the last snapshot.  The key's
             # appends are not known: it is made a segment at once.
             self.snapshot_size = base
+            self.since = size - base
             self.appends = MAX_APPENDS
 
     # What is due
 
-    def quiet(self):
-        """True if no compaction can be due: every batch of records asks."""
-        return self.appends < MAX_APPENDS and self.size < MAX_BYTES
+    def quiet(self, pending):
+        """True if no compaction can be due with a batch of ``pending``
+        bytes: every batch of records asks."""
+        return self.appends < MAX_APPENDS and self.size + pending < MAX_BYTES
 
     def full(self):
         """True once the key took :data:`MAX_APPENDS` appends."""
         return self.appends >= MAX_APPENDS
 
-    def snapshot_due(self, segments):
-        """True if the next commit should be a snapshot, with ``segments``
-        after the last one: by bytes (at most as many appended since the
-        last one as it took), or once the key is full if the last
-        snapshot is small or :data:`MAX_SEGMENTS` segments follow it;
-        else a full key is made a segment."""
-        if self.size >= max(MAX_BYTES, 2 * self.snapshot_size):
+    def live(self):
+        """Bytes of the live holds' entries, as the last snapshot
+        measured an entry."""
+        return self.holds * self.hold_bytes
+
+    def snapshot_due(self, segments, live, kept, pending=0):
+        """True if the next commit, of ``pending`` bytes of records,
+        should be a snapshot (``live`` bytes of hold entries and ``kept``
+        of release entries), with ``segments`` after the last one: by
+        bytes, or once the key is full if the last snapshot is small or
+        :data:`MAX_SEGMENTS` segments follow it; else a full key is made
+        a segment.
+
+        By bytes: the log with the batch is :data:`MAX_BYTES` or more and
+        at least twice what a snapshot now would write, and twice the
+        bytes appended since the last one pay for the live holds' part
+        of it (the kept releases were appended in the last
+        :data:`RELEASE_GRACE` seconds, and the log is twice them): a
+        snapshot costs at most about twice the records that made it
+        due.  What was once live does not count: the log shrinks with
+        its holds (to some 2.1 times what they take, as a cancel entry
+        takes 0.85 of a hold's)."""
+        if self.forced:
             return True
+        size = self.size + pending
+        if size >= max(MAX_BYTES, 2 * (live + kept)):
+            if 2 * (self.since + pending) >= live:
+                return True
         return self.appends >= MAX_APPENDS and (
             self.snapshot_size < SEGMENT_FLOOR or segments >= MAX_SEGMENTS
         )
@@ -247,6 +322,9 @@ class HoldLog:
 
     def __init__(self, port, jobs):
         self.port = port
+        # Armed while release entries keep the log above its bound (see
+        # _check_later).
+        self.check_timer = None
         #: Every current hold, or None while some are being recovered.
         self.holds = jobs.holds
         #: Called as ``on_snapshot()`` each time a snapshot has replaced
@@ -263,21 +341,27 @@ class HoldLog:
             port, jobs, commit, compaction, segments, self._tell
         )
         self.handover = Handover(self, commit, compaction, segments, snapshots)
+        #: Why the log is not written (see refuse), or None.
+        self.refused = None
 
     # Records
 
     def hold(self, hold, callback=None):
         """``hold`` was registered."""
+        self.compaction.held()
         self.commit.add(hold_entry(hold), callback)
 
     def cancel(self, hold, callback=None):
         """Pending ``hold`` was released."""
+        self.compaction.ended()
         self.commit.add(cancel_entry(hold, *self.port.stamp()), callback)
 
-    def release(self, hold, status, callback=None):
-        """Active ``hold`` was released with ``status``."""
+    def release(self, hold, status, callback=None, exception=None):
+        """Active ``hold`` was released with ``status`` (and ``exception``,
+        the job exception its releaser raised, see release_entry)."""
         now, text = self.port.stamp()
-        line = release_entry(hold, status, now, text)
+        line = release_entry(hold, status, now, text, exception)
+        self.compaction.ended()
         self.snapshots.keep_release(now, line)
         self.commit.add(line, callback)
 
@@ -294,6 +378,9 @@ class HoldLog:
         ``callback(error)`` once one has (None), or was given up (an
         OSError; EAGAIN while a job's holds are being recovered).  The
         requests made meanwhile share it."""
+        if self.refused is not None:
+            self.commit.barrier(callback)
+            return
         self.snapshots.ask(callback)
         # With the queued records, if any, or on its own.
         self.commit.kick()
@@ -302,6 +389,13 @@ class HoldLog:
         """A job's holds are being rebuilt from the log: a snapshot in
         progress would leave them out."""
         self.snapshots.recovering()
+
+    def refuse(self, why):
+        """The log found is of a newer format than this build reads: it is
+        left as it is.  Every record, barrier and snapshot is answered,
+        soon, with an error saying ``why``; nothing is written."""
+        self.refused = why
+        self.commit = Refusal(self.port, why)
 
     # What the gate reads and sets
 
@@ -340,26 +434,27 @@ class HoldLog:
     def _route(self):
         """Send the batch just taken: appended, with a snapshot (whole or
         its next part), or as :data:`KEY` is made a segment."""
+        commit = self.commit
         snapshots = self.snapshots
+        text = "".join(commit.sent)
         if (
             snapshots.in_parts is None
             and not snapshots.replacing
             and not snapshots.asked
-            and self.compaction.quiet()
+            and self.compaction.quiet(len(text))
         ):
             # No snapshot can be due (what _due() decides, the common
             # case tested first): every batch of records comes here.
-            self.commit.append()
+            commit.append(text)
             return
-        self._send()
+        self._send(len(text))
 
-    def _send(self):
+    def _send(self, pending=0):
+        """Send the batch taken, of ``pending`` bytes, in the form the
+        policy picks."""
         snapshots = self.snapshots
-        if snapshots.in_parts is None and self._due():
-            text = snapshots.begin()
-            if text is not None:
-                snapshots.send_whole(text)
-                return
+        if snapshots.in_parts is None and self._due(pending) and snapshots.begin():
+            return
         if snapshots.in_parts is not None:
             snapshots.send_part()
         elif self.commit.sent and self.compaction.full():
@@ -367,14 +462,48 @@ class HoldLog:
             self.segments.rotate()
         else:
             self.commit.append()
+        if snapshots.kept_releases and self.check_timer is None:
+            self._check_later()
 
-    def _due(self):
-        """True if the next commit should be a snapshot: asked for, or
-        what the compaction policy says; else a full key is made a
-        segment."""
-        return self.snapshots.wanted() or self.compaction.snapshot_due(
-            self.segments.made
+    def _due(self, pending):
+        """True if the next commit, of ``pending`` bytes of records,
+        should be a snapshot: asked for, or what the compaction policy
+        says of the log, of the live holds and of the release entries a
+        snapshot keeps; else a full key is made a segment."""
+        snapshots = self.snapshots
+        if snapshots.wanted():
+            return True
+        snapshots.forget_releases(self.port.now())
+        compaction = self.compaction
+        if compaction.holds is None:
+            # After a load: its holds are counted once, when all known.
+            holds = self.holds()
+            if holds is None:
+                return False
+            compaction.counted(len(holds))
+        return compaction.snapshot_due(
+            self.segments.made, compaction.live(), snapshots.kept_bytes, pending
         )
+
+    def _check_later(self):
+        """Release entries, kept by snapshots for :data:`RELEASE_GRACE`
+        seconds, may be all that keeps a snapshot from being due: look
+        again once the oldest has expired, should no record come by
+        then (a log left idle shrinks too)."""
+        oldest = self.snapshots.kept_releases[0][0]
+        delay = max(oldest + RELEASE_GRACE - self.port.now(), 0.0) + CHECK_SLACK
+        self.check_timer = self.port.timer(delay, self._check)
+
+    def _check(self):
+        self.check_timer = None
+        commit = self.commit
+        if commit.in_flight is not None or commit.queued:
+            # The next commit's routing looks (a commit is in flight).
+            self.check_timer = self.port.timer(RELEASE_GRACE, self._check)
+            return
+        # An empty batch: a snapshot, if one is due, else nothing sent.
+        commit.take()
+        self._send()
 
     def _more(self):
         """True if a commit is wanted with no record queued: a snapshot
@@ -401,10 +530,14 @@ class HoldLog:
     # Plugin unload and load
 
     def suspend(self):
-        """The plugin is going away (see
+        """The plugin is going away: no look later (see
         :meth:`Handover.suspend
         <flux_epilog_gate.gate.handover.Handover.suspend>`)."""
-        self.handover.suspend()
+        if self.check_timer is not None:
+            self.check_timer.stop()
+            self.check_timer = None
+        if self.refused is None:
+            self.handover.suspend()
 
     def found(self, size, base, last, ragged=False):
         """The load found the log (see :meth:`Handover.found
@@ -416,4 +549,7 @@ class HoldLog:
         """The next plugin instance takes the log over (see
         :meth:`Handover.resume
         <flux_epilog_gate.gate.handover.Handover.resume>`)."""
+        if self.refused is not None:
+            self.port = self.commit.port = port
+            return
         self.handover.resume(port)

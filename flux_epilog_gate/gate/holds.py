@@ -77,6 +77,9 @@ class Reason(StrEnum):
     LEFT_DEPEND = "job left DEPEND while epilog-gate was not loaded"
     #: A dependency hold whose dependency-add could not be posted again.
     DEPENDENCY_ADD_FAILED = "dependency-add failed"
+    #: An in-process listener failed on the hold's activation (see
+    #: flux_epilog_gate.gate.listeners): nothing would ever end it.
+    LISTENER_FAILED = "its activation's handler failed"
 
 
 # The members by their short names, as the gate's modules use them.  (A
@@ -89,6 +92,9 @@ RELEASED, TIMED_OUT = Reason.RELEASED, Reason.TIMED_OUT
 
 #: ``epilog-finish`` status posted when a hold's timeout expires.
 TIMEOUT_STATUS = 124
+
+#: Status of a hold ended because a listener failed on its activation.
+LISTENER_FAILED_STATUS = 1
 
 #: ``epilog-finish`` status of a hold that the instance's shutdown finishes
 #: (see :mod:`flux_epilog_gate.gate.shutdown`): 128 + SIGTERM, the status of a

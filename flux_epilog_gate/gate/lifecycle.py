@@ -12,7 +12,16 @@ it is gone, the counters count it and the hold log records it.
 import syslog
 
 from ..jobid import f58
-from .holds import ACTIVE, GONE, PENDING, TIMED_OUT, TIMEOUT_STATUS, Reason
+from .holds import (
+    ACTIVE,
+    GONE,
+    LISTENER_FAILED_STATUS,
+    PENDING,
+    PROLOG,
+    TIMED_OUT,
+    TIMEOUT_STATUS,
+    Reason,
+)
 
 
 class Lifecycle:
@@ -68,7 +77,35 @@ class Lifecycle:
         if self.context.shutdown is not None:
             self.context.shutdown.activated(hold)
         if self.listeners:
-            self.listeners.tell("activated", hold)
+            failed = self.listeners.tell("activated", hold)
+            if failed:
+                self._listener_failed(hold, *failed[0])
+
+    def _listener_failed(self, hold, listener, exc, again=True):
+        """A listener raised on ``hold``'s activation: what it was to start
+        will never end the hold, so end it now (status 1, a job exception
+        naming the cause, a line at level error)."""
+        job = self.jobs.get(hold.id)
+        if job is None or hold.state != ACTIVE:
+            return
+        if job.holds.get(hold.description) is not hold:
+            if again:
+                # Made active as it was placed: ended once it is on its job.
+                self.context.port.timer(
+                    0.0, lambda: self._listener_failed(hold, listener, exc, False)
+                )
+            return
+        cause = f"{type(listener).__name__} failed: {type(exc).__name__}: {exc}"
+        label = self.points[hold.point].label
+        self.context.port.log(
+            syslog.LOG_ERR,
+            f"{f58(hold.id)}: {label} {hold.description} ended with status "
+            f"{LISTENER_FAILED_STATUS}: {cause}",
+        )
+        note = f"epilog-gate: {label} {hold.description} ended: {cause}"
+        self.finish(
+            job, hold, LISTENER_FAILED_STATUS, Reason.LISTENER_FAILED, note=note
+        )
 
     def arm(self, hold):
         """Start active ``hold``'s timeout, counted from its activation."""
@@ -87,7 +124,10 @@ class Lifecycle:
     def finish(self, job, hold, status, reason, done=None, note=None, raised=False):
         """End ``hold`` of ``job`` for ``reason``; ``done(error)`` once its
         record is durable; ``note`` replaces the job exception's usual
-        note; with ``raised``, a failure's exception is the releaser's."""
+        note; with ``raised``, a failure's exception is the releaser's:
+        given as ``{type, severity, note}``, it is recorded with the end,
+        so that a crash that loses it has it raised again (see
+        :meth:`finish_released`)."""
         # Forget the hold before posting: its end may let the job go
         # inactive synchronously, calling back into on_inactive().
         del job.holds[hold.description]
@@ -109,7 +149,8 @@ class Lifecycle:
         self.points[hold.point].finish(job, hold, status, reason, note, raised)
         # A timeout needs no record: after a crash it expires again.
         if reason != TIMED_OUT:
-            self.holdlog.release(hold, status, done)
+            exception = raised if isinstance(raised, dict) else None
+            self.holdlog.release(hold, status, done, exception)
 
     def end(self, hold, status, reason, note):
         """Finish an active hold on the gate's own account (at shutdown),
@@ -148,9 +189,17 @@ class Lifecycle:
         if not job.holds and (job.recovery is None or not job.recovery.active):
             self.jobs.untrack(job)
 
-    def finish_released(self, job, hold, status):
+    def finish_released(
+        self, job, hold, status, exception=None, raised=(), fatal=False
+    ):
         """Post the end (and exception) of an acknowledged release that a
-        crash kept out of the job's eventlog (``hold`` is off the job)."""
+        crash kept out of the job's eventlog (``hold`` is off the job).
+        ``exception``: the one its releaser raised with it, as recorded
+        (``{type, severity, note}``), raised again unless ``raised``, the
+        ``(type, note)`` of the job's exceptions in its eventlog, has it:
+        the hold ends as it did, never with the gate's own exception.
+        ``fatal``: the eventlog has a fatal exception, which stands for
+        a failed prolog hold's (its job will never start)."""
         self.context.port.log(
             syslog.LOG_INFO,
             f"{f58(job.id)}: finishing hold {hold.description}, released "
@@ -158,10 +207,30 @@ class Lifecycle:
         )
         hold.state = GONE
         self.stats.finished(Reason.RELEASED, status)
-        self.points[hold.point].finish(job, hold, status, Reason.RELEASED)
+        own = exception or False
+        if exception is not None and status != 0:
+            if (exception["type"], exception["note"]) not in raised:
+                self._raise_again(job, exception)
+        elif status != 0 and hold.point == PROLOG and fatal:
+            own = True
+        point = self.points[hold.point]
+        point.finish(job, hold, status, Reason.RELEASED, raised=own)
         # Recorded again, so that snapshots keep it while this end is not
         # yet checkpointed.
-        self.holdlog.release(hold, status)
+        self.holdlog.release(hold, status, exception=exception)
+
+    def _raise_again(self, job, exception):
+        """Raise the recorded ``exception`` of a release that a crash lost
+        with it."""
+        try:
+            self.context.port.raise_job_exception(
+                job.id, exception["type"], exception["severity"], exception["note"]
+            )
+        except OSError as exc:
+            self.context.port.log(
+                syslog.LOG_ERR,
+                f"{f58(job.id)}: raising {exception['type']} again: {exc}",
+            )
 
     def on_inactive(self, jobid):
         """The job is inactive: whatever it still holds is gone."""

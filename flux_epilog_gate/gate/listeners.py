@@ -38,13 +38,20 @@ class Listeners(list):
 
     def tell(self, method, *args):
         """Call ``method(*args)`` of every listener; one that raises is
-        logged, and the others are told all the same."""
+        logged, and the others are told all the same.  Return what each
+        that raised raised (a list of ``(listener, exception)``): the
+        caller may have to make up for it."""
+        failed = []
         for listener in list(self):
             try:
                 getattr(listener, method)(*args)
+            # Whatever it is (RecursionError on a job's content, say):
+            # the job-manager goes on, and so does the hold.
             except Exception as exc:  # noqa: BLE001 - a listener's, not ours
                 self.context.port.log(
                     syslog.LOG_ERR,
                     f"{method}: listener {type(listener).__name__}: "
                     f"{type(exc).__name__}: {exc}",
                 )
+                failed.append((listener, exc))
+        return failed

@@ -29,9 +29,10 @@ import errno
 import syslog
 from collections import deque
 
+from ..version import __version__
 from . import lostrecord
 from .holdlog import KEY, SEGMENTS, read_segments, segment_key
-from .logparse import parse
+from .logparse import FORMAT, parse
 from .states import CLEANUP, DEPEND, INACTIVE, NEW, RUN
 
 #: The KVS key the first load of the gate writes (its time): from then
@@ -65,6 +66,9 @@ class LogRead:
         self.base = base
         self.last = last
         self.ragged = False
+        #: Why the log is not read, if it is of a newer format than this
+        #: build reads (then ``jobs`` is empty), else None.
+        self.refused = None
         self.first = False
 
 
@@ -86,7 +90,11 @@ def read_log(port):
     base = len(segments[0][1] if segments else data or b"")
     # The segments are the older records: KEY has the newest.
     values = [(segment_key(n), text) for n, text in segments] + [(KEY, data)]
-    jobs = _parsed(port, values)
+    formats = []
+    jobs = _parsed(port, values, formats)
+    newest = max(formats, default=1)
+    if newest > FORMAT:
+        return _refused(port, newest)
     last = None if left else segments[-1][0] if segments else 0
     size = (
         None if data is None and not segments else sum(len(v or b"") for _, v in values)
@@ -96,6 +104,19 @@ def read_log(port):
     # into it: such a value (written by another hand) is replaced.
     found.ragged = bool(key_data) and not key_data.endswith(b"\n")
     found.first = size is None and last == 0 and _never_loaded(port)
+    return found
+
+
+def _refused(port, newest):
+    """A log of format ``newest``, newer than this build reads: left as
+    it is, and none of it is read."""
+    found = LogRead({}, True, 0, 0, 0)
+    found.refused = (
+        f"{KEY} is of format {newest}, newer than this build of "
+        f"epilog-gate ({__version__}) reads ({FORMAT}): the log is left as "
+        "it is and no hold is taken; load a build that reads it"
+    )
+    port.log(syslog.LOG_ERR, found.refused)
     return found
 
 
@@ -134,12 +155,13 @@ def _report_left(port, left):
     return not any(records for _, _, records in left)
 
 
-def _parsed(port, values):
+def _parsed(port, values, formats=None):
     """The entries by job of ``values`` (``(key, bytes)``, in order), each
-    line that is not an entry logged, naming its key and line."""
+    line that is not an entry logged, naming its key and line; the
+    versions of the format entries are appended to ``formats``."""
     jobs, skipped = {}, []
     for key, value in values:
-        entries, bad = parse(value)
+        entries, bad = parse(value, formats)
         for jobid, items in entries.items():
             jobs.setdefault(jobid, []).extend(items)
         skipped.extend((key, line) for line in bad)
@@ -211,6 +233,8 @@ class Load:
         self.log_size = 0
         self.log_base = self.log_last = 0
         self.log_ragged = False
+        #: Why the log is not read (a newer format), or None.
+        self.log_refused = None
         #: The gate never ran with this KVS (see :class:`LogRead`).
         self.first = False
         if carried is None or self.partial or carried.jobs.recovering():
@@ -219,6 +243,7 @@ class Load:
             self.log_size = found.size or 0
             self.log_base, self.log_last = found.base, found.last
             self.log_ragged = found.ragged
+            self.log_refused = found.refused
             self.first = carried is None and found.first
         # The record of lost holds not yet delivered (a carried gate has it).
         self.lost = _read_lost(port) if carried is None else None
@@ -242,10 +267,13 @@ class Load:
             self.gate = self.carried
         else:
             self.gate = Gate(self.port)
-            # The log as found: a large one is replaced by a snapshot.
-            self.gate.holdlog.found(
-                self.log_size, self.log_base, self.log_last, self.log_ragged
-            )
+            if self.log_refused is not None:
+                self.gate.holdlog.refuse(self.log_refused)
+            else:
+                # The log as found: a large one is replaced by a snapshot.
+                self.gate.holdlog.found(
+                    self.log_size, self.log_base, self.log_last, self.log_ragged
+                )
             self.gate.lost_record.found(self.lost)
         if self.first:
             self._mark_first_load()
@@ -271,7 +299,8 @@ class Load:
 
     def on_new(self, jobid, state, userid):
         """job.new for an active job, right after the load."""
-        if self.started or state == NEW:
+        if self.started or state == NEW or self.log_refused is not None:
+            # (A log refused: no hold is known, none is taken.)
             return
         self.seen.add(jobid)
         if self.carried is not None and (not self.partial or self._known(jobid)):

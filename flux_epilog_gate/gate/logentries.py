@@ -9,6 +9,7 @@ import json
 from math import isfinite
 
 from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .logparse import FORMAT, FORMAT_EVENT
 
 #: The KVS key of the log.
 KEY = "epilog-gate.holds"
@@ -54,6 +55,13 @@ def hold_entry(hold):
     return _line(t, HOLD_EVENT, context, text)
 
 
+def format_entry(timestamp, text=None):
+    """The log line that says the log's format (:data:`FORMAT`): the
+    first of every snapshot, and of a log begun anew; ``text``:
+    ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
+    return _line(timestamp, FORMAT_EVENT, {"version": FORMAT}, text)
+
+
 def cancel_entry(hold, timestamp, text=None):
     """The log line that records the cancellation of pending ``hold``;
     ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
@@ -65,10 +73,15 @@ def cancel_entry(hold, timestamp, text=None):
     )
 
 
-def release_entry(hold, status, timestamp, text=None):
+def release_entry(hold, status, timestamp, text=None, exception=None):
     """The log line that records the release of active ``hold``;
-    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``)."""
+    ``text``: ``repr(timestamp)`` if the caller has it (``port.stamp()``);
+    ``exception``: the job exception the releaser raised with it."""
     jobid, description = hold.id, hold.description
+    if exception is not None:
+        context = {"id": jobid, "description": description, "status": status}
+        context["exception"] = exception
+        return _json_line(timestamp, RELEASE_EVENT, context)
     if (
         type(jobid) is int
         and type(status) is int

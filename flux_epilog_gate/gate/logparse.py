@@ -19,6 +19,9 @@ gate writes (see :func:`flux_epilog_gate.gate.logentries.hold_entry`):
 ``context.timeout``         (hold) absent, or a finite number > 0
 ``context.point``           (hold) absent, or a point the gate knows
 ``context.status``          (release) an integer that fits a C int
+``context.exception``       (release) absent, or ``{type, severity, note}``
+                            (a non-empty string, 0 to 7, a string); of
+                            another shape it is left out, the release kept
 ==========================  ==================================================
 
 Other keys of an entry are ignored; the context handed on holds only the
@@ -46,6 +49,16 @@ TIMESTAMP_MAX = 253402300799.0
 
 #: Entry names the log may contain.
 ENTRY_NAMES = frozenset((HOLD_EVENT, CANCEL_EVENT, RELEASE_EVENT))
+
+#: The entry that says the log's format, ``{version}``: the first of every
+#: snapshot, and of a log begun anew.  A log with none is of format 1.
+FORMAT_EVENT = "epilog_gate.format"
+
+#: The newest format of the log this build reads, and the one it writes:
+#: 1, hold, cancel and release entries, in :data:`KEY` and its segments
+#: (what every build before 0.2.0 wrote, without saying so); 2, the same,
+#: each snapshot saying its format.
+FORMAT = 2
 
 #: Bytes beyond which a line cannot be an entry the gate wrote (those are
 #: under 300 bytes): skipped unread.
@@ -83,11 +96,13 @@ def _excerpt(line):
     return repr(text)
 
 
-def parse(data):
+def parse(data, formats=None):
     """Entries of the log ``data`` (bytes or text; None or empty: no log)
     by job: ``{id: [(timestamp, name, context)]}``, with ``context`` as in
     the job's eventlog (no ``id``).  Returns ``(jobs, skipped)``, with a
-    :class:`Skipped` for each line that is not an entry.  Never raises."""
+    :class:`Skipped` for each line that is not an entry.  The version of
+    each format entry is appended to ``formats``, if given.  Never
+    raises."""
     if not data:
         return {}, []
     if isinstance(data, str):
@@ -103,13 +118,18 @@ def parse(data):
         except BadEntry as exc:
             skipped.append(Skipped(lineno, str(exc), line))
             continue
+        if jobid is None:
+            if formats is not None:
+                formats.append(item)
+            continue
         jobs.setdefault(jobid, []).append(item)
     return jobs, skipped
 
 
 def parse_entry(line):
     """``(id, (timestamp, name, context))`` of one line (bytes) of the
-    log; raises :class:`BadEntry` saying what is wrong with it."""
+    log, or ``(None, version)`` of a format entry; raises
+    :class:`BadEntry` saying what is wrong with it."""
     if len(line) > LINE_MAX:
         raise BadEntry(f"longer than {LINE_MAX} bytes")
     try:
@@ -121,6 +141,8 @@ def parse_entry(line):
         raise BadEntry("not a JSON object")
     timestamp = _timestamp(entry.get("timestamp"))
     name = entry.get("name")
+    if name == FORMAT_EVENT:
+        return None, _version(entry.get("context"))
     if not isinstance(name, str) or name not in ENTRY_NAMES:
         raise BadEntry("name is not one of " + ", ".join(sorted(ENTRY_NAMES)))
     context = entry.get("context")
@@ -141,7 +163,32 @@ def parse_entry(line):
         if not STATUS_MIN <= status <= STATUS_MAX:
             raise BadEntry(f"status {status} is out of range")
         clean["status"] = status
+        exception = raised_exception(context.get("exception"))
+        if exception is not None:
+            clean["exception"] = exception
     return jobid, (timestamp, name, clean)
+
+
+def raised_exception(value):
+    """The ``exception`` of a release entry, ``{type, severity, note}``,
+    if it is of that shape, else None: the release stands without it
+    (the gate then raises its own exception, as for a release recorded
+    without one)."""
+    if not isinstance(value, dict):
+        return None
+    kind, severity, note = value.get("type"), value.get("severity"), value.get("note")
+    if not isinstance(kind, str) or not kind or not isinstance(note, str):
+        return None
+    if isinstance(severity, bool) or severity not in range(8):
+        return None
+    return {"type": kind, "severity": severity, "note": note}
+
+
+def _version(context):
+    version = context.get("version") if isinstance(context, dict) else None
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise BadEntry("format version is not an integer from 1")
+    return version
 
 
 def _json(text):

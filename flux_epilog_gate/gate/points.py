@@ -108,7 +108,7 @@ class HoldPoint:
     def replay(self, job, timestamp, name, context, released):
         """One of :attr:`events` from a recovering job's eventlog;
         ``released`` maps released holds (by description) whose end is
-        not seen yet to ``(hold, status)``."""
+        not seen yet to ``(hold, status, exception)``."""
 
     def recovered(self, job, state):
         """``job``'s holds are known again and it is in ``state``."""

@@ -97,6 +97,10 @@ class Port(Protocol):
     def raise_dependency(self, jobid, note):
         """Raise a fatal job exception (a failed dependency hold)."""
 
+    def raise_job_exception(self, jobid, type, severity, note):
+        """Raise a job exception of any type (one a releaser raised,
+        raised again by recovery should a crash lose it)."""
+
     def cancel(self, jobid, note):
         """Cancel the job (at shutdown-timeout)."""
 

@@ -17,7 +17,8 @@ A non-zero status or a timeout first raises a fatal job exception (so the
 job is in CLEANUP before its last prolog action ends and can never
 start), then posts ``prolog-finish``.  A job that enters CLEANUP while a
 prolog hold is active keeps it until it is released or times out; its
-watchers are told (``aborted: true``) so the setup can be abandoned.  A
+watchers are told (``aborted: true``) so the setup can be abandoned, and
+so are the gate's listeners (a plugin of the gate may end it).  A
 pending prolog hold of a job that enters CLEANUP is dropped with no
 events: the job will never start.
 
@@ -81,6 +82,10 @@ class PrologPoint(HoldPoint):
     def __init__(self, context, jobs, lifecycle, holdlog, watchers):
         super().__init__(context, jobs, lifecycle, holdlog)
         self.watchers = watchers
+        #: Descriptions of the prolog holds that end with status 1 when
+        #: their job will never start, rather than wait for a release (a
+        #: plugin of the gate's own holds, see Gate.end_when_aborted).
+        self.ends_aborted = set()
 
     # Requests
 
@@ -150,6 +155,8 @@ class PrologPoint(HoldPoint):
                 # that finds the job in CLEANUP drops it then; the next
                 # snapshot of the log forgets it.
                 self._drop(job, hold, Reason.NEVER_STARTED, record=False)
+            elif hold.description in self.ends_aborted:
+                self._end_aborted(job, hold)
             elif not hold.aborted:
                 hold.aborted = True
                 self.watchers.notify(hold)
@@ -217,7 +224,10 @@ class PrologPoint(HoldPoint):
             if not is_prolog(hold):
                 continue
             if hold.state == ACTIVE and state == CLEANUP:
-                hold.aborted = True
+                if hold.description in self.ends_aborted:
+                    self._end_aborted(job, hold)
+                else:
+                    hold.aborted = True
             elif hold.state == PENDING and state == CLEANUP:
                 # Not recorded, as in on_cleanup: the exception may have
                 # come while the eventlog was read, and not be durable.
@@ -277,6 +287,16 @@ class PrologPoint(HoldPoint):
             self.context.port.log(
                 syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {error}"
             )
+
+    def _end_aborted(self, job, hold):
+        """End active ``hold``, whose job entered CLEANUP before it
+        started, with status 1; the job's fatal exception is its own."""
+        self.context.port.log(
+            syslog.LOG_INFO,
+            f"{f58(job.id)}: prolog hold {hold.description} ended: "
+            "the job will never start",
+        )
+        self.lifecycle.finish(job, hold, 1, Reason.NEVER_STARTED, raised=True)
 
     def _want_run(self, job):
         try:

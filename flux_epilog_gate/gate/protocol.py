@@ -16,6 +16,18 @@ JOBID_MAX = 2**64 - 1
 STATUS_MIN = -(2**31)
 STATUS_MAX = 2**31 - 1
 
+#: The largest payload of a request to the gate, in bytes (refused with
+#: EMSGSIZE by the runtime, before it is decoded): the broker keeps a
+#: watch request for as long as its stream lasts, and a hold or release
+#: until its record is committed.  The largest request a client needs,
+#: a watch of WATCH_DESCRIPTIONS_MAX descriptions of the longest kind,
+#: is some 70 KiB; a hold is some 100 bytes.
+REQUEST_BYTES_MAX = 128 * 1024
+
+#: The most descriptions one watch request may name: a service watches
+#: the few it serves.
+WATCH_DESCRIPTIONS_MAX = 1024
+
 
 def _object(payload, method, required, optional=()):
     if not isinstance(payload, dict):
@@ -141,6 +153,12 @@ def parse_watch(payload):
         return None
     if not isinstance(descriptions, list):
         raise GateError(errno.EPROTO, "watch: descriptions must be a list")
+    if len(descriptions) > WATCH_DESCRIPTIONS_MAX:
+        raise GateError(
+            errno.EINVAL,
+            f"watch: {len(descriptions)} descriptions, more than the limit "
+            f"of {WATCH_DESCRIPTIONS_MAX}",
+        )
     return frozenset(_description(d, "watch") for d in descriptions) or None
 
 

@@ -86,12 +86,15 @@ class Recovery:
         except OSError:
             state = INACTIVE
         seen, unfinished = self._rebuild(job, events)
+        exceptions = [context for _, name, context in events if name == "exception"]
+        raised = {(c.get("type"), c.get("note")) for c in exceptions}
+        fatal = any(c.get("severity") == 0 for c in exceptions)
         if state in (RUN, CLEANUP) and seen:
             self.jobs.replayed_progress[jobid] = seen
         if state == INACTIVE:
             self.lifecycle.on_inactive(jobid)
             return
-        self._carry_on(job, state, unfinished)
+        self._carry_on(job, state, unfinished, raised, fatal)
 
     def _rebuild(self, job, events):
         """Replace the job's holds by those ``events`` leave, keeping what
@@ -142,8 +145,12 @@ class Recovery:
             if not job.holds:
                 self.jobs.untrack(job)
 
-    def _carry_on(self, job, state, unfinished):
-        """The job's holds are known again: take each where it left off."""
+    def _carry_on(self, job, state, unfinished, raised=(), fatal=False):
+        """The job's holds are known again: take each where it left off
+        (``raised``: the ``(type, note)`` of the exceptions its eventlog
+        has, ``fatal``: whether one is fatal; see
+        :meth:`Lifecycle.finish_released
+        <flux_epilog_gate.gate.lifecycle.Lifecycle.finish_released>`)."""
         # No watcher can have been told of these: the job's holds were
         # unknown until now.
         found = [hold for hold in job.holds.values() if hold.state == ACTIVE]
@@ -158,8 +165,8 @@ class Recovery:
         self.epilog.recovered(job, state)
         # After the pending holds became active: these finishes may let
         # the job go on to clean.
-        for hold, status in unfinished:
-            self.lifecycle.finish_released(job, hold, status)
+        for hold, status, exception in unfinished:
+            self.lifecycle.finish_released(job, hold, status, exception, raised, fatal)
         self.epilog.end_recovery(job)
         if not job.holds:
             self.jobs.untrack(job)
@@ -201,4 +208,8 @@ class Recovery:
         self.jobs.gone.add(job.id, description, Reason.RELEASED)
         # A hold never started needs no end.
         if hold.state == ACTIVE:
-            released[description] = (hold, context.get("status", 0))
+            released[description] = (
+                hold,
+                context.get("status", 0),
+                context.get("exception"),
+            )

@@ -6,9 +6,10 @@ job-manager sends the batch that carries a release's ``epilog-finish``
 within its event batch timeout (10 ms); a synced commit sent after that
 checkpoints it too, since the KVS applies one sender's commits in order.
 Older release entries are no longer needed, nor are cancel entries (the
-snapshot drops the cancelled hold's entry with them).  A snapshot with
-nothing to keep writes a blank line: flux-core reads an empty value back
-as no value at all.  When one is due is the policy's
+snapshot drops the cancelled hold's entry with them).  Each begins with
+the log's format (:func:`~flux_epilog_gate.gate.logentries.format_entry`),
+so a snapshot with nothing to keep is never empty (flux-core reads an
+empty value back as no value at all).  When one is due is the policy's
 (:mod:`flux_epilog_gate.gate.holdlog`).
 
 **Snapshots in parts.**  A snapshot of up to :data:`CHUNK_BYTES` bytes
@@ -50,7 +51,7 @@ import syslog
 from collections import deque
 
 from .groupcommit import value_treeobj_error
-from .logentries import KEY, hold_entry
+from .logentries import KEY, format_entry, hold_entry
 from .segments import SEGMENTS
 
 #: Seconds a release entry is kept by snapshots: far longer than the
@@ -90,8 +91,11 @@ class Snapshot:
     records committed since, which follow.
     """
 
-    def __init__(self, table, releases):
+    def __init__(self, table, releases, preamble=None):
         self.table = table
+        #: The line the snapshot begins with (the log's format), not
+        #: taken yet.
+        self.preamble = preamble
         self.jobs = list(table.values())
         self.next = 0
         self.releases = releases
@@ -108,6 +112,10 @@ class Snapshot:
         #: The records of the first round's batch were made before the
         #: start: the snapshot has them already.
         self.covered = True
+        #: Bytes of the hold entries taken, and how many (what the log's
+        #: policy reckons a hold's entry by).
+        self.hold_bytes = 0
+        self.holds_taken = 0
 
     def take(self, limit):
         """Lines of the next part: ``limit`` bytes or a line more, fewer
@@ -115,6 +123,11 @@ class Snapshot:
         not all known."""
         lines = []
         size = 0
+        if self.preamble is not None:
+            lines.append(self.preamble)
+            size = len(self.preamble)
+            self.preamble = None
+        start = size
         jobs, table = self.jobs, self.table
         while size < limit and self.next < len(jobs):
             job = jobs[self.next]
@@ -127,6 +140,8 @@ class Snapshot:
                 line = hold_entry(hold)
                 lines.append(line)
                 size += len(line)
+            self.holds_taken += len(job.holds)
+        self.hold_bytes += size - start
         if self.next == len(jobs):
             while size < limit and self.releases:
                 line = self.releases.popleft()
@@ -187,6 +202,7 @@ class SnapshotWriter:
         self.in_parts = None
         self.chunk = CHUNK_BYTES
         self.kept_releases = deque()
+        self.kept_bytes = 0
         self.asked = []
         self.answering = []
         self.replacing = False
@@ -199,13 +215,14 @@ class SnapshotWriter:
         :data:`RELEASE_GRACE` seconds."""
         self.forget_releases(now)
         self.kept_releases.append((now, line))
+        self.kept_bytes += len(line)
 
     def forget_releases(self, now):
         """Drop the release entries that snapshots no longer need."""
         horizon = now - RELEASE_GRACE
         kept = self.kept_releases
         while kept and kept[0][0] < horizon:
-            kept.popleft()
+            self.kept_bytes -= len(kept.popleft()[1])
 
     def ask(self, callback):
         """A snapshot is asked for: ``callback(error)`` once one has
@@ -243,38 +260,48 @@ class SnapshotWriter:
     # A snapshot in one commit
 
     def begin(self):
-        """Start a snapshot.  Return its text if it fits one commit (or
-        the key must be replaced at once); else return None, and either
+        """Start a snapshot.  Return True if it fit one commit (or the
+        key must be replaced at once), sent; else False, and either
         :attr:`in_parts` is set (its first part is next) or a job is
         being recovered (no snapshot now)."""
-        self.forget_releases(self.port.now())
-        snap = Snapshot(self.jobs, deque(line for _, line in self.kept_releases))
+        now, text = self.port.stamp()
+        self.forget_releases(now)
+        releases = deque(line for _, line in self.kept_releases)
+        snap = Snapshot(self.jobs, releases, format_entry(now, text))
         limit = float("inf") if self.replacing else self.chunk
         try:
             lines = snap.take(limit)
         except Recovering:
             self.answer_asked(_recovering_error())
-            return None
+            return False
         if not snap.content_left():
-            # Never empty: an empty value reads back as NULL.
-            return "".join(lines) or "\n"
+            # Never empty (it says its format): an empty value reads back
+            # as NULL.
+            self._send_whole(snap, "".join(lines))
+            return True
         # A put: whatever a crash left there is replaced.
         snap.part = [("put", SIDE_KEY, "".join(lines))]
         self.in_parts = snap
-        return None
+        return False
 
-    def send_whole(self, text):
-        """Send a snapshot in one commit."""
+    def _send_whole(self, snap, text):
+        """Send snapshot ``snap``, ``text``, in one commit."""
         ops = [("put", KEY, text)]
         if self.side_used:
             ops.append(("unlink", SIDE_KEY, None))
         if self.segments.present:
             ops.append(("unlink", SEGMENTS, None))
-        self.compaction.replaced(len(text))
+        self._measured(snap, len(text))
         if len(ops) == 1:
             self.commit.put(text, self._whole_committed)
         else:
             self.commit.ops(ops, self._whole_committed)
+
+    def _measured(self, snap, nbytes):
+        """Tell the policy what snapshot ``snap`` of ``nbytes`` makes the
+        log: what its hold entries took, and how many holds are live."""
+        live = sum(len(job.holds) for job in self.jobs.values())
+        self.compaction.replaced(nbytes, snap.hold_bytes, snap.holds_taken, live)
 
     def _whole_committed(self, error):
         if error is None:
@@ -384,7 +411,7 @@ class SnapshotWriter:
             if snap is self.in_parts:
                 self.in_parts = None
             self._replaced()
-            self.compaction.replaced(snap.written)
+            self._measured(snap, snap.written)
         elif snap is self.in_parts and not (
             error.errno == errno.ENOSYS and self.commit.sync
         ):

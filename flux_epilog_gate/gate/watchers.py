@@ -41,6 +41,11 @@ from .holds import ACTIVE
 #: far more often (see flux_epilog_gate/client).
 WINDOW = 256
 
+#: Watch streams one user other than the instance owner may have at once:
+#: with the bytes of a request (protocol.REQUEST_BYTES_MAX), what a guest
+#: can make the broker hold.  A service keeps one or a few.
+WATCHES_PER_USER = 64
+
 
 class Watcher:
     """A client streaming hold activations, and its flow control.
@@ -138,7 +143,17 @@ class Watchers:
 
     def watch(self, sink, descriptions=None, userid=None, points=None, lost=False):
         """Add a watcher; it is first sent every hold already active (with
-        ``lost``, after every lost hold not yet delivered)."""
+        ``lost``, after every lost hold not yet delivered).  ``userid``: a
+        guest's (None for the owner), who may have WATCHES_PER_USER
+        streams at most (GateError EMFILE past it)."""
+        if userid is not None:
+            streams = sum(1 for w in self.streams if w.userid == userid)
+            if streams >= WATCHES_PER_USER:
+                raise GateError(
+                    errno.EMFILE,
+                    f"watch: user {userid} has {streams} watch streams "
+                    f"already, the limit: end one first",
+                )
         watcher = Watcher(sink, descriptions, userid, points, lost)
         if lost and self.record is not None:
             for entry in self.record.entries():

@@ -78,8 +78,13 @@ int runtime_raise (flux_plugin_t *p, flux_jobid_t id, const char *type,
                    int severity, const char *note);
 int runtime_job_lookup (flux_plugin_t *p, flux_jobid_t id, int *state,
                         uint32_t *userid);
+int runtime_arg_value (flux_plugin_arg_t *args, const char *path, char **text);
+int runtime_job_value (flux_plugin_t *p, flux_jobid_t id, const char *path,
+                       char **text);
+void runtime_free (void *ptr);
 int runtime_service_register (flux_plugin_t *p, const char *name, int index,
-                              uint32_t rolemask, flux_msg_handler_f cb);
+                              uint32_t rolemask, size_t max_bytes,
+                              flux_msg_handler_f cb);
 int runtime_error (flux_plugin_t *p, flux_plugin_arg_t *args,
                    const char *text);
 void runtime_log (flux_plugin_t *p, int level, const char *text);

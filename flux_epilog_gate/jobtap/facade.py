@@ -36,6 +36,16 @@ from .marks import Marks
 from .messages import Messages
 
 
+def decode_value(text):
+    """A value of a job's arguments decoded from JSON text; ValueError if
+    it is not JSON, or nested deeper than Python's decoder goes (a job's
+    content is its user's: it may be either)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deep to be decoded") from None
+
+
 def _oserror(ffi):
     errnum = ffi.errno
     return OSError(errnum, os.strerror(errnum))
@@ -178,6 +188,27 @@ class Jobtap:
             self.lib.flux_plugin_arg_get(args, self.lib.FLUX_PLUGIN_ARG_IN, text)
         )
         return json.loads(self.ffi.string(text[0]))
+
+    def arg_value(self, args, path, default=None):
+        """The value at key path ``path`` (dot-separated:
+        ``"jobspec.attributes.system.dw"``) of the IN arguments of a
+        jobtap callback, or ``default`` if they have none.  Only that
+        value is decoded (the runtime's C encodes it alone): the rest of
+        the job (its user's attributes, however deep) is never read.
+        ValueError if it cannot be decoded (see :func:`decode_value`)."""
+        text = self.ffi.new("char **")
+        self.check(self.lib.runtime_arg_value(args, path.encode(), text))
+        return self.take_value(text, default)
+
+    def take_value(self, text, default):
+        """The value C left in ``text`` (a ``char **``, freed here)."""
+        if text[0] == self.ffi.NULL:
+            return default
+        try:
+            return decode_value(self.ffi.string(text[0]))
+        finally:
+            self.lib.runtime_free(text[0])
+            text[0] = self.ffi.NULL
 
     def arg_out(self, args, value):
         """Set the OUT arguments of a jobtap callback."""

@@ -40,6 +40,17 @@ class Jobs:
         finally:
             jobtap.lib.flux_plugin_arg_destroy(args)
 
+    def value(self, jobid, path, default=None):
+        """The value at key path ``path`` of an active job's arguments
+        (``"jobspec.attributes.system.dw"``), decoded alone, or
+        ``default`` if it has none (see :meth:`Jobtap.arg_value
+        <flux_epilog_gate.jobtap.facade.Jobtap.arg_value>`).
+        OSError(ENOENT) if there is no such job."""
+        jobtap = self.jobtap
+        text = jobtap.ffi.new("char **")
+        jobtap.check(jobtap.lib.runtime_job_value(jobtap.p, jobid, path.encode(), text))
+        return jobtap.take_value(text, default)
+
     def jobspec_update(self, jobid, update):
         """Update the jobspec of job ``jobid``, which must not be the job of
         the current callback nor in RUN or later: ``update`` maps

@@ -25,16 +25,19 @@ class Messages:
 
     # Its own services
 
-    def register(self, method, index, guests=False, handler=None):
+    def register(self, method, index, guests=False, handler=None, max_bytes=0):
         """Register RPC method ``method`` (Python's number ``index``),
         answered by runtime_request_cb or by the C message handler
-        ``handler`` of the plugin's extension."""
+        ``handler`` of the plugin's extension, taking payloads of at most
+        ``max_bytes`` (0: any)."""
         jobtap = self.jobtap
         lib = jobtap.lib
         rolemask = lib.FLUX_ROLE_OWNER | (lib.FLUX_ROLE_USER if guests else 0)
         cb = lib.runtime_request_cb if handler is None else handler
         jobtap.check(
-            lib.runtime_service_register(jobtap.p, method.encode(), index, rolemask, cb)
+            lib.runtime_service_register(
+                jobtap.p, method.encode(), index, rolemask, max_bytes, cb
+            )
         )
 
     def send(self, msg, payload):

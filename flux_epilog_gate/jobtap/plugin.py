@@ -103,14 +103,16 @@ def plugin_topic(topic):
     return _declare("_jobtap_plugin", topic)
 
 
-def request(method, guests=False, c_handler=None):
+def request(method, guests=False, c_handler=None, max_bytes=0):
     """Declare a handler ``method(self, request)`` of RPC method
     ``job-manager.NAME.METHOD`` (:class:`Request`).  ``guests``: users
     other than the instance owner may call it (the handler decides what
     they may do).  ``c_handler``: the name of a message handler in the
     plugin's C extension that answers some requests itself and passes the
-    others on to runtime_request_cb."""
-    return _declare("_jobtap_request", (method, guests, c_handler))
+    others on to runtime_request_cb.  ``max_bytes``: the largest payload
+    taken (0: any); the runtime refuses a larger one with EMSGSIZE before
+    the handler sees it."""
+    return _declare("_jobtap_request", (method, guests, c_handler, max_bytes))
 
 
 def _declare(attribute, value):
@@ -147,6 +149,20 @@ class Job:
     def jobspec(self):
         """The job's jobspec (a dict), from the callback's arguments."""
         return self.input["jobspec"]
+
+    def get(self, path, default=None):
+        """The value at key path ``path`` (dot-separated:
+        ``"jobspec.attributes.system.dw"``) of the callback's arguments,
+        or ``default``; decoded alone, never the rest of the job (see
+        :meth:`~flux_epilog_gate.jobtap.facade.Jobtap.arg_value`)."""
+        if self._input is not None:
+            value = self._input
+            for key in path.split("."):
+                if not isinstance(value, dict) or key not in value:
+                    return default
+                value = value[key]
+            return value
+        return self._jobtap.arg_value(self._args, path, default)
 
 
 class Args:
@@ -255,9 +271,13 @@ class Plugin:
         """Register the plugin's RPC methods (once)."""
         if self.registered:
             return
-        for index, (method, guests, c_handler, _) in enumerate(self._methods):
+        for index, (method, guests, c_handler, max_bytes, _) in enumerate(
+            self._methods
+        ):
             handler = getattr(self.jobtap.lib, c_handler) if c_handler else None
-            self.jobtap.messages.register(method, index, guests=guests, handler=handler)
+            self.jobtap.messages.register(
+                method, index, guests=guests, handler=handler, max_bytes=max_bytes
+            )
         self.registered = True
 
     def unload(self):
@@ -406,7 +426,7 @@ class _Runtime:
 
     def request(self, handle, msg, index, userid, rolemask, text):
         plugin = self.ffi.from_handle(handle)
-        method, _, _, name = plugin._methods[index]
+        method, *_, name = plugin._methods[index]
         request = Request(plugin.jobtap, method, msg, userid, rolemask, text)
         try:
             getattr(plugin, name)(request)

@@ -84,6 +84,7 @@ struct runtime_topic {
 struct runtime_method {
     struct runtime_ctx *ctx;
     int index;
+    size_t max_bytes;           /* largest payload taken (0: any) */
     struct runtime_method *next;
 };
 
@@ -348,6 +349,23 @@ static int runtime_wanted (flux_plugin_t *p,
     return t->mode != RUNTIME_TOPIC_WANTED || (mark->wants & (1u << i));
 }
 
+/* The value at dot-separated key path 'path' under 'o' (borrowed), or
+ * NULL if there is none.
+ */
+static json_t *runtime_walk (json_t *o, const char *path)
+{
+    char key[256];
+    char *saveptr = NULL;
+
+    if (strlen (path) >= sizeof (key))
+        return NULL;
+    snprintf (key, sizeof (key), "%s", path);
+    for (char *k = strtok_r (key, ".", &saveptr); k && o;
+         k = strtok_r (NULL, ".", &saveptr))
+        o = json_is_object (o) ? json_object_get (o, k) : NULL;
+    return o;
+}
+
 /* Does the job of 'args' have jobspec key 'path' (dot-separated)?  A
  * plugin that cares only for some jobs (say, those asking for a burst
  * buffer) names the key, and the others never enter Python.
@@ -355,17 +373,57 @@ static int runtime_wanted (flux_plugin_t *p,
 static int runtime_has_key (flux_plugin_arg_t *args, const char *path)
 {
     json_t *o = NULL;
-    char key[sizeof (((struct runtime_topic *)0)->require)];
-    char *saveptr = NULL;
 
     if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "{s:o}",
                                 "jobspec", &o) < 0)
         return 0;
-    snprintf (key, sizeof (key), "%s", path);
-    for (char *k = strtok_r (key, ".", &saveptr); k && o;
-         k = strtok_r (NULL, ".", &saveptr))
-        o = json_is_object (o) ? json_object_get (o, k) : NULL;
-    return o != NULL;
+    return runtime_walk (o, path) != NULL;
+}
+
+/* The value at key path 'path' of the IN arguments 'args' as JSON text in
+ * '*text' (runtime_free() it), or NULL if there is none.  Only that value
+ * is encoded: what else the job holds (a user's attributes, however
+ * deep) never reaches Python's decoder.
+ */
+int runtime_arg_value (flux_plugin_arg_t *args, const char *path, char **text)
+{
+    json_t *root = NULL;
+    json_t *o;
+
+    *text = NULL;
+    if (flux_plugin_arg_unpack (args, FLUX_PLUGIN_ARG_IN, "o", &root) < 0)
+        return -1;
+    if (strlen (path) >= 256) {
+        errno = EINVAL;
+        return -1;
+    }
+    if (!(o = runtime_walk (root, path)))
+        return 0;
+    if (!(*text = json_dumps (o, JSON_COMPACT | JSON_ENCODE_ANY))) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+/* runtime_arg_value() of active job 'id' (looked up by id). */
+int runtime_job_value (flux_plugin_t *p, flux_jobid_t id, const char *path,
+                       char **text)
+{
+    flux_plugin_arg_t *args;
+    int rc;
+
+    *text = NULL;
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return -1;
+    rc = runtime_arg_value (args, path, text);
+    flux_plugin_arg_destroy (args);
+    return rc;
+}
+
+void runtime_free (void *ptr)
+{
+    free (ptr);
 }
 
 static void runtime_unmark_current (flux_plugin_t *p, struct runtime_ctx *ctx,
@@ -584,6 +642,36 @@ static void runtime_respond_undecodable (flux_t *h, const flux_msg_t *msg)
         flux_log_error (h, "%s: responding", RUNTIME_NAME);
 }
 
+/* Answer a request whose payload is larger than its method takes
+ * (max_bytes): EMSGSIZE naming the method and the limit.  A request a
+ * plugin keeps (a stream's, one waiting on a commit) keeps its payload
+ * in the broker: the bound is what one request can make the broker
+ * hold.  Returns 1 if the request was answered so.
+ */
+int runtime_request_oversize (flux_t *h, const flux_msg_t *msg, void *arg)
+{
+    struct runtime_method *m = arg;
+    const void *data = NULL;
+    size_t size = 0;
+    const char *topic = NULL;
+    const char *method;
+    char text[160];
+
+    if (m->max_bytes == 0
+        || flux_msg_get_payload (msg, &data, &size) < 0
+        || size <= m->max_bytes)
+        return 0;
+    if (flux_msg_get_topic (msg, &topic) < 0 || !topic)
+        topic = "request";
+    method = strrchr (topic, '.');
+    snprintf (text, sizeof (text),
+              "%s: a payload of %zu bytes is more than the limit of %zu",
+              method ? method + 1 : topic, size, m->max_bytes);
+    if (flux_respond_error (h, msg, EMSGSIZE, text) < 0)
+        flux_log_error (h, "%s: responding", RUNTIME_NAME);
+    return 1;
+}
+
 /* The message handler of every RPC method, unless the plugin's C
  * extension registers its own (which may end in this one): the request
  * is decoded here, so Python gets plain values.
@@ -602,6 +690,8 @@ void runtime_request_cb (flux_t *h,
             flux_log_error (h, "%s: responding", RUNTIME_NAME);
         return;
     }
+    if (runtime_request_oversize (h, msg, m))
+        return;
     if (flux_request_decode (msg, NULL, &payload) < 0) {
         runtime_respond_undecodable (h, msg);
         return;
@@ -1090,10 +1180,12 @@ int runtime_job_lookup (flux_plugin_t *p,
 }
 
 /* Register RPC method 'name' (index 'index' for Python) with message
- * handler 'cb' (runtime_request_cb or a C extension's).
+ * handler 'cb' (runtime_request_cb or a C extension's), taking payloads
+ * of at most 'max_bytes' (0: any).
  */
 int runtime_service_register (flux_plugin_t *p, const char *name, int index,
-                              uint32_t rolemask, flux_msg_handler_f cb)
+                              uint32_t rolemask, size_t max_bytes,
+                              flux_msg_handler_f cb)
 {
     struct runtime_ctx *ctx = runtime_ctx_get (p);
     struct runtime_method *m;
@@ -1102,6 +1194,7 @@ int runtime_service_register (flux_plugin_t *p, const char *name, int index,
         return -1;
     m->ctx = ctx;
     m->index = index;
+    m->max_bytes = max_bytes;
     m->next = ctx->methods;
     ctx->methods = m;
     return flux_jobtap_service_register_ex (p, name, rolemask, cb, m);

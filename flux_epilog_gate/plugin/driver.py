@@ -66,6 +66,34 @@ def after_recovery(handler):
     return wrapper
 
 
+#: An attribute a rule names whose value cannot be decoded: it is there,
+#: and equal to nothing.
+UNDECODABLE = object()
+_ABSENT = object()
+
+
+def rule_attributes(job, rules):
+    """The job's ``attributes`` as far as ``rules`` look at them, each
+    rule's key read alone: the rest of the jobspec is its user's, and may
+    be anything (nested deeper than Python decodes, say)."""
+    attributes = {}
+    for rule in rules:
+        try:
+            value = job.get(f"jobspec.attributes.{rule.attribute}", _ABSENT)
+        except ValueError:
+            value = UNDECODABLE
+        if value is _ABSENT:
+            continue
+        node = attributes
+        for key in rule.path[:-1]:
+            node = node.setdefault(key, {})
+            if not isinstance(node, dict):
+                break
+        else:
+            node[rule.path[-1]] = value
+    return attributes
+
+
 class GateDriver(Plugin):
     """A plugin instance of the gate: once its load is committed it shares
     the gate of its job-manager (:class:`~.host.Host`) and, if it is the
@@ -100,6 +128,19 @@ class GateDriver(Plugin):
     @property
     def committed(self):
         return self.host is not None
+
+    def instance_starting(self):
+        """True while the job-manager starts or rc1 runs: then a load
+        refused for its configuration would stop the instance (the
+        job-manager fails on a ``[job-manager] plugins`` load that fails,
+        rc1 on a ``flux jobtap load``), and with it the recovery of its
+        jobs' holds, so a plugin of the gate loads despite a bad
+        configuration and says so.  When the broker does not say, True:
+        a load with an error logged is better than an instance that does
+        not start."""
+        if self.jobtap.broker.job_manager_starting() is not False:
+            return True
+        return self.jobtap.broker.state() in ("init", None)
 
     @property
     def driving(self):
@@ -293,9 +334,9 @@ class GateDriver(Plugin):
         if not self.driving:
             return
         self.fault("job")
-        if self.gate.config.rules:
-            attributes = job.input.get("jobspec", {}).get("attributes", {})
-            self.gate.apply_rules(job.id, attributes)
+        rules = self.gate.config.rules
+        if rules:
+            self.gate.apply_rules(job.id, rule_attributes(job, rules))
 
     @job_topic("job.state.cleanup", id_only=True)
     def on_cleanup(self, jobid):
@@ -322,7 +363,13 @@ class GateDriver(Plugin):
     def on_exception(self, job):
         """Told to the gate's listeners (its own holds need nothing)."""
         if self.driving and self.gate.has_listeners():
-            context = job.input.get("entry", {}).get("context", {})
+            # The event alone: the rest of the job is its user's content.
+            try:
+                context = job.get("entry.context")
+            except ValueError:
+                context = None
+            if not isinstance(context, dict):
+                context = {}
             self.gate.tell("exception", job.id, context)
 
     # Of a subscribed job's events only these move it to its epilog point.

@@ -129,6 +129,8 @@ static int gate_is_owner (const flux_msg_t *msg)
 void gate_hold_cb (flux_t *h, flux_msg_handler_t *mh, const flux_msg_t *msg,
                    void *arg)
 {
+    if (runtime_request_oversize (h, msg, arg))
+        return;
     if (gate_is_owner (msg) && gate_fast_hold (runtime_method_self (arg), msg))
         return;
     runtime_request_cb (h, mh, msg, arg);
@@ -137,6 +139,8 @@ void gate_hold_cb (flux_t *h, flux_msg_handler_t *mh, const flux_msg_t *msg,
 void gate_release_cb (flux_t *h, flux_msg_handler_t *mh,
                       const flux_msg_t *msg, void *arg)
 {
+    if (runtime_request_oversize (h, msg, arg))
+        return;
     if (gate_is_owner (msg)
         && gate_fast_release (runtime_method_self (arg), msg))
         return;

@@ -16,11 +16,16 @@ import syslog
 from ..errors import GateError
 from ..gate import protocol
 from ..gate.config import Config, ConfigError
+from ..gate.logparse import FORMAT
 from ..gate.shutdown import loaded_from_config
 from ..jobtap.plugin import Refused, plugin_topic, request
+from ..version import __version__
 from . import fast
 from .driver import GateDriver, after_recovery
 from .gcpolicy import FREEZER
+
+#: The largest payload of a request to the gate (see gate/protocol.py).
+MAX_BYTES = protocol.REQUEST_BYTES_MAX
 
 
 def _answers_refusals(handler):
@@ -94,7 +99,7 @@ class EpilogGatePlugin(GateDriver):
         being recovered.  The gate then loads with the load options
         alone, or the table alone, or the defaults, and says so at
         level error and in ``flux jobtap query`` (``config_error``)."""
-        if not self._instance_starting():
+        if not self.instance_starting():
             raise Refused(f"epilog-gate: {error}") from None
         if self.committed:
             # The job-manager's second conf.update of its start: the
@@ -106,15 +111,6 @@ class EpilogGatePlugin(GateDriver):
             self.config_error = f"{error}: {in_force or 'configuration kept'}"
             self.jobtap.log(syslog.LOG_ERR, self.config_error)
         return config
-
-    def _instance_starting(self):
-        """True while the job-manager starts or rc1 runs (see
-        :meth:`_despite`); when the broker does not say, True: a load
-        with the defaults and an error is better than an instance that
-        does not start."""
-        if self.jobtap.broker.job_manager_starting() is not False:
-            return True
-        return self.jobtap.broker.state() in ("init", None)
 
     def _fallback(self, table):
         """The configuration a load despite an error takes, and what it
@@ -156,6 +152,9 @@ class EpilogGatePlugin(GateDriver):
         self.fault("query")
         gate = self.gate
         return {
+            "version": __version__,
+            "log_format": FORMAT,
+            "log_error": gate.holdlog.refused,
             "config": gate.config.to_dict(),
             "config_error": self.config_error,
             "counters": dict(
@@ -169,14 +168,14 @@ class EpilogGatePlugin(GateDriver):
 
     # Requests
 
-    @request("disconnect", guests=True)
+    @request("disconnect", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     def disconnect(self, request):
         self.gate.unwatch(
             lambda sink: self.jobtap.messages.disconnect_match(request.msg, sink)
         )
 
-    @request("hold", guests=True, c_handler="gate_hold_cb")
+    @request("hold", guests=True, c_handler="gate_hold_cb", max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def hold_request(self, request):
@@ -189,14 +188,14 @@ class EpilogGatePlugin(GateDriver):
             request.msg, *parsed, point=protocol.parse_hold_point(payload)
         )
 
-    @request("release", guests=True, c_handler="gate_release_cb")
+    @request("release", guests=True, c_handler="gate_release_cb", max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def release_request(self, request):
         _require_owner("release", request.owner)
         self.fast.release_message(request.msg, *protocol.parse_release(request.payload))
 
-    @request("list", guests=True)
+    @request("list", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def list_request(self, request):
@@ -209,7 +208,7 @@ class EpilogGatePlugin(GateDriver):
         )
         self.jobtap.messages.send_text(request.msg, text)
 
-    @request("snapshot", guests=True)
+    @request("snapshot", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def snapshot_request(self, request):
@@ -232,7 +231,7 @@ class EpilogGatePlugin(GateDriver):
 
         self.gate.snapshot(done)
 
-    @request("watch", guests=True)
+    @request("watch", guests=True, max_bytes=MAX_BYTES)
     @after_recovery
     @_answers_refusals
     def watch_request(self, request):
@@ -257,7 +256,7 @@ class EpilogGatePlugin(GateDriver):
             lost=lost,
         )
 
-    @request("watch-ack", guests=True)
+    @request("watch-ack", guests=True, max_bytes=MAX_BYTES)
     @_answers_refusals
     def watch_ack_request(self, request):
         """A watcher read ``count`` activations of its stream (named by the

@@ -187,6 +187,11 @@ class GatePort:
         """A failed prolog hold: the job never starts."""
         self.jobtap.jobs.raise_exception(jobid, PROLOG_EXCEPTION_TYPE, 0, note)
 
+    def raise_job_exception(self, jobid, type, severity, note):
+        """An exception a releaser raised, raised again after a crash lost
+        it (see Lifecycle.finish_released)."""
+        self.jobtap.jobs.raise_exception(jobid, type, severity, note)
+
     #: Every tracked job's events are sent, whatever ``track`` is asked:
     #: the gate's listeners are told of a held job's exceptions (see
     #: GateDriver._listeners_changed).

@@ -482,6 +482,10 @@ class JobtapPort:
     def raise_fatal(self, jobid, note):
         self._post(jobid, "exception", {"type": "prolog", "severity": 0, "note": note})
 
+    def raise_job_exception(self, jobid, type, severity, note):
+        context = {"type": type, "severity": severity, "note": note}
+        self._post(jobid, "exception", context)
+
     def annotate(self, jobid, text):
         self._post(jobid, "memo", {"epilog_gate": text})
 

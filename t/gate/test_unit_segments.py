@@ -30,11 +30,11 @@ JOBS = (11, 12, 13, 14)
 
 @pytest.fixture
 def small(monkeypatch):
-    """Limits small enough for a few holds: a snapshot of more than 300
-    bytes (three holds) is followed by segments of four appends, three
-    segments at most."""
+    """Limits small enough for a few holds: a snapshot of more than 400
+    bytes (its format and four holds) is followed by segments of four
+    appends, three segments at most."""
     monkeypatch.setattr(holdlog, "MAX_APPENDS", 4)
-    monkeypatch.setattr(holdlog, "SEGMENT_FLOOR", 300)
+    monkeypatch.setattr(holdlog, "SEGMENT_FLOOR", 400)
     monkeypatch.setattr(holdlog, "MAX_SEGMENTS", 3)
 
 
@@ -49,7 +49,7 @@ def hold(port, gate, jobid, description="bb"):
 
 
 def snapshotted(port, gate):
-    """A gate whose last snapshot holds five holds (over 300 bytes)."""
+    """A gate whose last snapshot holds five holds (over 400 bytes)."""
     for jobid in range(1, 5):
         hold(port, gate, jobid)
     gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
