@@ -6,8 +6,15 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import settings
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# No per-example deadline by default: the test files run side by side
+# (make check), and an example's time then says how busy the machine is,
+# not how fast the code is.  A test that means a deadline sets its own.
+settings.register_profile("suite", deadline=None)
+settings.load_profile("suite")
 
 
 def skip_unless(condition, reason):
@@ -34,6 +41,26 @@ def callgrind_counter():
     import instructions
 
     return instructions
+
+
+#: The test files that take longest (a system install each test, many
+#: restarts, long timeouts), run first: xdist hands whole files to its
+#: workers in the order collected, and a long one last would leave one
+#: worker running alone at the end.
+LONGEST_FIRST = (
+    "test_system_install.py",
+    "test_segments.py",
+    "test_shutdown.py",
+    "test_recovery.py",
+    "test_shutdown_restart.py",
+    "test_durability.py",
+    "test_dws_gate.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def pytest_sessionstart(session):

@@ -104,11 +104,17 @@ def in_depend(inst, dws):
     return h, service, jobid
 
 
+def created(service, jobid):
+    """The service's one dws.create request for the job."""
+    (create,) = [r for r in service.requests("dws.create") if r["jobid"] == jobid]
+    return create
+
+
 def finish(h, service, jobid, stage="depend", inst=None):
     """What the service sends from ``stage`` on; the job must end clean
     (with ``inst``, ``list`` shows its holds at each step)."""
     if stage == "depend":
-        (create,) = service.requests("dws.create")[-1:]
+        create = created(service, jobid)
         h.rpc(
             "job-manager.dws.resource-update",
             {"id": jobid, "resources": create["resources"], "exclude": None},
@@ -174,7 +180,7 @@ def advance(h, service, jobid, stage):
     its epilog (the service's requests sent by hand)."""
     if stage == "depend":
         return IN_DEPEND
-    (create,) = service.requests("dws.create")
+    create = created(service, jobid)
     h.rpc(
         "job-manager.dws.resource-update",
         {"id": jobid, "resources": create["resources"], "exclude": None},
@@ -187,15 +193,34 @@ def advance(h, service, jobid, stage):
     return IN_EPILOG
 
 
-@pytest.mark.parametrize("stage", ["depend", "prolog", "epilog"])
+#: Where a rabbit job waits, and what the service was asked before it.
+STAGES = {
+    "depend": ("dws.create",),
+    "prolog": ("dws.create", "dws.setup"),
+    "epilog": ("dws.create", "dws.setup", "dws.post_run"),
+}
+
+
 @pytest.mark.parametrize("kind", ["restart", "sigkill"])
 @pytest.mark.parametrize("setup", ["dws-alone", "gate-then-dws"])
-def test_holds_are_recovered_after_a_restart(stage, kind, setup, instance, dws):
+def test_holds_are_recovered_after_a_restart(kind, setup, instance, dws):
+    """One restart for a job waiting at each stage: each is listed as
+    before, ends clean once the service does its part, and the service is
+    asked nothing again that it was asked before."""
     inst = instance(SETUPS[setup])
-    h, service, jobid = in_depend(inst, dws)
-    (create,) = service.requests("dws.create")
-    expected = advance(h, service, jobid, stage)
-    assert listed(inst, jobid) == expected
+    h = inst.handle()
+    service = dws(inst, *HANG)
+    jobs, expected, creates = {}, {}, {}
+    for stage in STAGES:
+        jobid = jobs[stage] = submit(h, duration=0.1, **DW)
+        wait_event(h, jobid, "dependency-add", match=described("dws-create"))
+        service.wait(
+            lambda j=jobid: j in [r["jobid"] for r in service.requests("dws.create")]
+        )
+        creates[stage] = created(service, jobid)
+        expected[stage] = advance(h, service, jobid, stage)
+    for stage, jobid in jobs.items():
+        assert listed(inst, jobid) == expected[stage], stage
     service.stop()
     if kind == "restart":
         inst.stop()
@@ -204,18 +229,24 @@ def test_holds_are_recovered_after_a_restart(stage, kind, setup, instance, dws):
         inst.kill()
     inst.start()
     h = inst.handle()
-    assert listed(inst, jobid) == expected
+    for stage, jobid in jobs.items():
+        assert listed(inst, jobid) == expected[stage], stage
     service = dws(inst, *HANG)
-    if stage == "depend":
-        h.rpc(
-            "job-manager.dws.resource-update",
-            {"id": jobid, "resources": create["resources"], "exclude": None},
-        ).get()
-    finish(h, service, jobid, "epilog" if stage == "epilog" else "prolog", inst)
+    h.rpc(
+        "job-manager.dws.resource-update",
+        {
+            "id": jobs["depend"],
+            "resources": creates["depend"]["resources"],
+            "exclude": None,
+        },
+    ).get()
+    for stage, jobid in jobs.items():
+        finish(h, service, jobid, "epilog" if stage == "epilog" else "prolog", inst)
     # Nothing is asked again of the service that it was asked before.
-    asked = {"depend": 1, "prolog": 2, "epilog": 3}[stage]
-    for topic in ("dws.create", "dws.setup", "dws.post_run")[:asked]:
-        assert service.requests(topic) == [], topic
+    for stage, jobid in jobs.items():
+        for topic in STAGES[stage]:
+            asked = [r for r in service.requests(topic) if r["jobid"] == jobid]
+            assert asked == [], (stage, topic)
 
 
 def test_the_gate_alone_never_sees_a_rabbit_job(instance):

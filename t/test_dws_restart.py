@@ -7,6 +7,7 @@ import os
 import flux
 import flux.job
 import pytest
+from conftest import RESTARTS, restart
 from dwsfake import DW, contexts
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 
@@ -30,33 +31,38 @@ def update(h, jobid, resources):
     ).get()
 
 
-def reload_job_manager(inst):
-    """Reload the job-manager, and with it the modules that talk to it."""
-    inst.flux("module", "reload", "job-manager")
-    inst.flux("module", "reload", "sched-simple")
-    inst.flux("module", "reload", "job-exec")
-
-
-def test_a_job_in_depend_survives_the_plugin_removed_and_loaded(rabbit_instance, dws):
-    # flux jobtap load calls job.state.depend again for each job in
-    # DEPEND, whose dws-create is still there.
+@pytest.mark.parametrize("kind", RESTARTS)
+def test_a_job_in_depend_survives_a_disruption(kind, rabbit_instance, dws):
+    # A removed plugin's load calls job.state.depend again for each job in
+    # DEPEND, whose dws-create is still there; a new job-manager or
+    # instance recovers it from the hold log and the eventlog.
     inst = rabbit_instance()
     h = inst.handle()
     service = dws(inst, "--create-hang")
     jobid = submit(h, duration=0.1, **DW)
     wait_event(h, jobid, "dependency-add", match=described("dws-create"))
     service.wait(lambda: service.requests("dws.create"))
-    inst.flux("jobtap", "remove", os.path.basename(PLUGIN))
-    inst.flux("jobtap", "load", PLUGIN)
-    create = service.requests("dws.create")[0]
+    (create,) = service.requests("dws.create")
+    restarted = kind in ("instance", "sigkill")
+    if restarted:
+        service.stop()
+    if kind == "sigkill":
+        inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
+    h = restart(inst, kind, PLUGIN, dependents=True)
+    if restarted:
+        service = dws(inst)
     update(h, jobid, create["resources"])
-    wait_inactive(h, jobid)
+    wait_inactive(h, jobid, timeout=30)
     events = eventlog(h, jobid)
     assert not named(events, "exception"), [(e.name, e.context) for e in events]
-    assert len(named(events, "dependency-add", "dws-create")) == 1
     assert named(events, "start")
-    # The service already has the job's workflow: no second dws.create.
-    assert len(service.requests("dws.create")) == 1
+    if kind == "jobtap":
+        assert len(named(events, "dependency-add", "dws-create")) == 1
+    if kind == "module":
+        assert named(events, "dependency-remove", "dws-create")
+    if not restarted:
+        # The service already has the job's workflow: no second dws.create.
+        assert len(service.requests("dws.create")) == 1
 
 
 def test_a_job_still_in_depend_after_its_create_survives_a_load(rabbit_instance, dws):
@@ -78,64 +84,3 @@ def test_a_job_still_in_depend_after_its_create_survives_a_load(rabbit_instance,
     assert named(events, "start")
     assert len(service.requests("dws.create")) == 1
     assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 0
-
-
-def test_a_job_in_depend_survives_a_job_manager_reload(rabbit_instance, dws):
-    inst = rabbit_instance()
-    h = inst.handle()
-    service = dws(inst, "--create-hang")
-    jobid = submit(h, duration=0.1, **DW)
-    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
-    service.wait(lambda: service.requests("dws.create"))
-    reload_job_manager(inst)
-    h = flux.Flux(inst.uri)
-    (create,) = service.requests("dws.create")
-    update(h, jobid, create["resources"])
-    wait_inactive(h, jobid)
-    events = eventlog(h, jobid)
-    assert not named(events, "exception"), [(e.name, e.context) for e in events]
-    assert named(events, "dependency-remove", "dws-create")
-    assert named(events, "start")
-    # The service already has the job's workflow: no second dws.create.
-    assert len(service.requests("dws.create")) == 1
-
-
-def test_a_job_in_depend_survives_an_instance_restart(rabbit_instance, dws):
-    inst = rabbit_instance()
-    h = inst.handle()
-    service = dws(inst, "--create-hang")
-    jobid = submit(h, duration=0.1, **DW)
-    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
-    service.wait(lambda: service.requests("dws.create"))
-    (create,) = service.requests("dws.create")
-    service.stop()
-    inst.stop()
-    inst.start()
-    h = inst.handle()
-    service = dws(inst)
-    update(h, jobid, create["resources"])
-    wait_inactive(h, jobid, timeout=30)
-    events = eventlog(h, jobid)
-    assert not named(events, "exception"), [(e.name, e.context) for e in events]
-    assert named(events, "start")
-
-
-def test_a_job_in_depend_survives_sigkill_and_restart(rabbit_instance, dws):
-    inst = rabbit_instance()
-    h = inst.handle()
-    service = dws(inst, "--create-hang")
-    jobid = submit(h, duration=0.1, **DW)
-    wait_event(h, jobid, "dependency-add", match=described("dws-create"))
-    service.wait(lambda: service.requests("dws.create"))
-    (create,) = service.requests("dws.create")
-    service.stop()
-    inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
-    inst.kill()
-    inst.start()
-    h = inst.handle()
-    service = dws(inst)
-    update(h, jobid, create["resources"])
-    wait_inactive(h, jobid, timeout=30)
-    events = eventlog(h, jobid)
-    assert not named(events, "exception"), [(e.name, e.context) for e in events]
-    assert named(events, "start")
