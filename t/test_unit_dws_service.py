@@ -24,8 +24,8 @@ MEMBERS = sorted(
     if not name.startswith("_") and inspect.isfunction(value)
 )
 
-#: The C function of each call (errno is read of the ffi).
-C_NAMES = {name: f"dws_{name}" for name in MEMBERS if name != "errno"}
+#: The C function of each call (errno is read of the ffi; close rebinds).
+C_NAMES = {name: f"dws_{name}" for name in MEMBERS if name not in ("errno", "close")}
 
 
 def _positional(function):
@@ -71,6 +71,7 @@ class _Jobtap:
 def test_the_protocol_names_service_c():
     assert MEMBERS == [
         "check_args",
+        "close",
         "create",
         "errno",
         "is_rabbit",
@@ -99,6 +100,18 @@ def test_the_real_one_is_the_c_call(name):
 def test_the_c_prototype_takes_the_call(name):
     wanted = len(_positional(getattr(Service, name))) + 1
     assert _prototypes().get(C_NAMES[name]) == wanted
+
+
+@pytest.mark.parametrize("name", sorted(C_NAMES))
+def test_a_closed_one_passes_null(name):
+    # service.c refuses a NULL instance: a late call never reaches the
+    # freed one.
+    jobtap = _Jobtap()
+    service = DwsService(jobtap)
+    service.close()
+    args = [object() for _ in _positional(getattr(Service, name))]
+    getattr(service, name)(*args)
+    assert jobtap.lib.calls == [(C_NAMES[name], (_Ffi.NULL, *args))]
 
 
 def test_no_args_and_errno_are_the_ffis():

@@ -738,6 +738,7 @@ class Dws(GateDriver):
             self.gate.remove_listener(self)
         if self.host is not None:
             self.host.departures[self.name] = self.jobtap.now()
+        self.service.close()
         super().unload()
 
     # Requests

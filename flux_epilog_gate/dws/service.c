@@ -193,6 +193,10 @@ int dws_check_args (flux_plugin_t *p, flux_plugin_arg_t *args)
     json_t *dw, *resources;
     json_int_t tolerance, userid;
 
+    if (!p) {
+        errno = EINVAL; /* the plugin instance is gone (DwsService.close) */
+        return -1;
+    }
     if (dws_create_parts (args, &dw, &tolerance, &resources, &userid) < 0)
         return -1;
     (void)flux_jobtap_job_aux_set (p, FLUX_JOBTAP_CURRENT_JOB, DWS_RABBIT_AUX,
@@ -212,6 +216,10 @@ int dws_create (flux_plugin_t *p, flux_jobid_t id, flux_plugin_arg_t *args)
     flux_future_t *f = NULL;
     int rc = -1;
 
+    if (!p) {
+        errno = EINVAL; /* the plugin instance is gone (DwsService.close) */
+        return -1;
+    }
     if (!args && !(args = looked_up = flux_jobtap_job_lookup (p, id)))
         return -1;
     if (dws_create_parts (args, &dw, &tolerance, &resources, &userid) == 0) {
@@ -260,6 +268,10 @@ int dws_setup (flux_plugin_t *p, flux_jobid_t id)
 {
     char key[128];
 
+    if (!p) {
+        errno = EINVAL; /* the plugin instance is gone (DwsService.close) */
+        return -1;
+    }
     if (flux_job_kvs_key (key, sizeof (key), id, "R") < 0)
         return -1;
     return dws_keep (p, flux_kvs_lookup (flux_jobtap_get_flux (p), NULL, 0, key),
@@ -269,10 +281,16 @@ int dws_setup (flux_plugin_t *p, flux_jobid_t id)
 /* Send dws.post_run {jobid, run_started}.  -1 (errno set) on failure. */
 int dws_post_run (flux_plugin_t *p, flux_jobid_t id, int run_started)
 {
-    flux_future_t *f = flux_rpc_pack (flux_jobtap_get_flux (p), "dws.post_run",
-                                      FLUX_NODEID_ANY, 0, "{s:I s:b}",
-                                      "jobid", (json_int_t)id,
-                                      "run_started", run_started ? 1 : 0);
+    flux_future_t *f;
+
+    if (!p) {
+        errno = EINVAL; /* the plugin instance is gone (DwsService.close) */
+        return -1;
+    }
+    f = flux_rpc_pack (flux_jobtap_get_flux (p), "dws.post_run",
+                       FLUX_NODEID_ANY, 0, "{s:I s:b}",
+                       "jobid", (json_int_t)id,
+                       "run_started", run_started ? 1 : 0);
 
     return dws_keep (p, f, id, DWS_POST_RUN, dws_answer_cb);
 }
@@ -287,6 +305,8 @@ int dws_is_rabbit (flux_plugin_t *p, flux_jobid_t id)
     json_t *dw = NULL;
     int rc;
 
+    if (!p)
+        return 0;
     if (flux_jobtap_job_aux_get (p, id, DWS_RABBIT_AUX))
         return 1;
     if (!(args = flux_jobtap_job_lookup (p, id)))

@@ -52,14 +52,20 @@ class Service(Protocol):
     def errno(self):
         """The errno of the last call that failed."""
 
+    def close(self):
+        """The plugin instance is gone: every later call fails."""
+
 
 class DwsService:
     """service.c's calls for one plugin instance (a :class:`Service`)."""
 
     def __init__(self, jobtap):
-        lib, p, ffi = jobtap.lib, jobtap.p, jobtap.ffi
-        self.NO_ARGS = ffi.NULL
-        self._ffi = ffi
+        self._lib, self._ffi = jobtap.lib, jobtap.ffi
+        self.NO_ARGS = self._ffi.NULL
+        self._bind(jobtap.p)
+
+    def _bind(self, p):
+        lib = self._lib
         # Bound once: each call is the cffi function's, no frame of ours.
         self.check_args = partial(lib.dws_check_args, p)
         self.create = partial(lib.dws_create, p)
@@ -69,3 +75,8 @@ class DwsService:
 
     def errno(self):
         return self._ffi.errno
+
+    def close(self):
+        """The plugin instance is gone: a late call gets NULL, which
+        service.c refuses, never the freed instance."""
+        self._bind(self._ffi.NULL)
