@@ -113,6 +113,20 @@ def handle(instance):
     return instance.handle()
 
 
+@pytest.fixture(scope="module")
+def inst(plugin):
+    """An instance per test module, for tests with jobs of guests: 8 fake
+    cores, and jobs stay in the KVS once inactive (no job cleanup), so a
+    guest's view of finished jobs stays checkable.  Modules needing another
+    instance define their own ``inst``."""
+    from flux_epilog_gate.testing import Instance
+
+    with Instance(
+        cores=8, plugin=plugin, env={"FLUX_DISABLE_JOB_CLEANUP": "1"}
+    ) as inst:
+        yield inst
+
+
 @pytest.fixture
 def gate(handle):
     from flux_epilog_gate import EpilogGate
