@@ -197,3 +197,17 @@ def replayed(jobs):
             else:
                 held.discard(key)
     return held
+
+
+def in_depend(handle, duration=0.1):
+    """A job kept in DEPEND by an ``afterany`` dependency on a job held in
+    PRIORITY (urgency 0); returns ``(job, holder)``.  Cancelling the
+    holder ends that dependency."""
+    holder = submit(handle, urgency=0)
+    jobid = submit(
+        handle,
+        duration=duration,
+        **{"system.dependencies": [{"scheme": "afterany", "value": str(holder)}]},
+    )
+    wait_event(handle, jobid, "dependency-add")
+    return jobid, holder

@@ -10,9 +10,11 @@ import time
 import flux.job
 import pytest
 from conftest import LEAD, SLACK, TIMEOUTS, restart
+from crashes import CONFIG, N, all_answered, checkpoint
 from jobs import (
     described,
     eventlog,
+    in_depend,
     named,
     names,
     settle,
@@ -20,8 +22,6 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_crash import CONFIG, N, all_answered, checkpoint
-from test_depend import in_depend
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MARKER
