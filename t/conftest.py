@@ -172,6 +172,13 @@ def port():
     return FakePort()
 
 
+def reload_config(inst, text):
+    """Replace the instance's own config text and reload it."""
+    inst.config = text
+    inst.write_config()
+    return inst.flux("config", "reload", check=False)
+
+
 def _option(word):
     """``(key, value)`` of a ``key=value`` word, the value read as JSON if
     it is (a number, a boolean), as `flux jobtap load` reads it."""
