@@ -21,7 +21,11 @@ What is added to modeljm:
   port of modeljm with dependencies;
 - :class:`FakeService`: the DWS service: requests wait until the test
   answers them; its answer and its own request (``resource-update``,
-  ``prolog-remove``, ``epilog-remove``) go separately.
+  ``prolog-remove``, ``epilog-remove``) go separately;
+- :class:`ServiceCalls`: dws.so's C calls to the service (service.c,
+  :class:`flux_epilog_gate.dws.service.Service`) on the fake instance,
+  with service.c's checks of a job's arguments and of the answers, and
+  its failures told to the plugin's ``call_failed``.
 """
 
 import errno
@@ -42,6 +46,12 @@ from gate.modeljm import (
     _oserror,
 )
 
+from flux_epilog_gate.dws.service import (
+    CALL_CREATE,
+    CALL_POST_RUN,
+    CALL_R,
+    CALL_SETUP,
+)
 from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.jobtap.plugin import Job
 
@@ -79,6 +89,9 @@ class RabbitJob(FakeJob):
         self.deps = set()
         self.depend_called = False
         self.R = None
+        #: Seen in DEPEND with what dws.create needs (service.c's
+        #: dws::rabbit aux item: it lives as long as the job here).
+        self.rabbit = False
 
 
 class Args:
@@ -102,10 +115,14 @@ class Args:
         return args
 
 
-def walk(value, path):
+#: What a key path has not (a JSON null is a value).
+ABSENT = object()
+
+
+def walk(value, path, absent=None):
     for key in path.split("."):
         if not isinstance(value, dict) or key not in value:
-            return None
+            return absent
         value = value[key]
     return value
 
@@ -342,7 +359,7 @@ class Jobtap:
         self.names = {}
         self.gate_port = GatePort(jm, self)
         self.jobs = Jobs(self)
-        self.marks = Marks(jmid)
+        self.marks = Marks(self, jmid)
         self.kvs = KvsReads(self)
         self.broker = Broker()
         self.messages = Messages(self, service)
@@ -408,6 +425,17 @@ class Jobs:
     def value(self, jobid, path, default=None):
         return self.jobtap.arg_value(Args(self._job(jobid)), path, default)
 
+    def pick(self, jobid, *paths):
+        """As runtime_job_pick: the job's values at ``paths`` (a JSON null
+        kept, a path it has not left out), encoded together and decoded."""
+        args = Args(self._job(jobid)).value()
+        out = {}
+        for path in paths:
+            value = walk(args, path, ABSENT)
+            if value is not ABSENT:
+                out[path] = value
+        return json.loads(to_text(out))
+
     def posted(self, jobid, name):
         return self.port.posted(jobid, name)
 
@@ -436,9 +464,15 @@ class Jobs:
 
 
 class Marks:
-    def __init__(self, jmid):
+    def __init__(self, jobtap, jmid):
+        self.jobtap = jobtap
         self.jmid = jmid
         self.forwards = set()
+
+    def unsubscribe(self, jobid):
+        """As runtime_unsubscribe: the job's events stop, its other
+        calls still come while it is marked."""
+        self.jobtap.gate_port.untrack_events(jobid)
 
     def jobmanager_id(self):
         return self.jmid
@@ -548,3 +582,132 @@ class FakeService:
 
     def requests_of(self, jobid, topic):
         return [p for t, p in self.received if t == topic and p["jobid"] == jobid]
+
+
+def create_parts(args):
+    """service.c's dws_create_parts: ``(dw, tolerance, resources,
+    userid)`` of a job's arguments (a dict), or None (EPROTO) if they
+    are not of that shape."""
+    userid = args.get("userid")
+    system = walk(args, "jobspec.attributes.system", ABSENT)
+    resources = walk(args, "jobspec.resources", ABSENT)
+    if (
+        type(userid) is not int
+        or not isinstance(system, dict)
+        or "dw" not in system
+        or resources in (ABSENT, None)
+    ):
+        return None
+    tolerance = system.get("dw_failure_tolerance", 0)
+    if type(tolerance) is not int:
+        return None
+    return system["dw"], tolerance, resources, userid
+
+
+class ServiceCalls:
+    """service.c's calls (:class:`flux_epilog_gate.dws.service.Service`)
+    of one dws.so instance on the fake instance: the requests go to the
+    :class:`FakeService`, their answers are checked as service.c checks
+    them, and a failure is told to the plugin's ``call_failed`` (an
+    exception there is the runtime's logged error: the model's
+    ``failed``).  Requests in flight are the instance's: once it is
+    closed, their answers are never read."""
+
+    NO_ARGS = None
+
+    def __init__(self, jobtap, service):
+        self.jobtap = jobtap
+        self.service = service
+        self._errno = 0
+
+    def _fail(self, errnum):
+        self._errno = errnum
+        return -1
+
+    def _job(self, jobid):
+        return self.jobtap.jm.jobs.get(jobid)
+
+    def check_args(self, args):
+        if create_parts(args.value()) is None:
+            return self._fail(errno.EPROTO)
+        args.job.rabbit = True
+        return 0
+
+    def create(self, jobid, args):
+        if args is None:
+            job = self._job(jobid)
+            if job is None:
+                return self._fail(errno.ENOENT)
+            args = Args(job)
+        parts = create_parts(args.value())
+        if parts is None:
+            return self._fail(errno.EPROTO)
+        dw, tolerance, resources, userid = parts
+        payload = {
+            "dw_directives": dw,
+            "jobid": jobid,
+            "resources": resources,
+            "userid": userid,
+            "failure_tolerance": tolerance,
+        }
+        self._send(CREATE, payload, CALL_CREATE)
+        return 0
+
+    def setup(self, jobid):
+        def read(text, error):
+            if not self.jobtap.open:
+                return
+            if error is not None:
+                self._failed(jobid, CALL_R, error.errno or errno.EPROTO, None)
+                return
+            self._send(SETUP, {"jobid": jobid, "R": json.loads(text)}, CALL_SETUP)
+
+        self.jobtap.kvs.read(f"{JobID(jobid).kvs}.R", read)
+        return 0
+
+    def post_run(self, jobid, run_started):
+        payload = {"jobid": jobid, "run_started": bool(run_started)}
+        self._send(POST_RUN, payload, CALL_POST_RUN)
+        return 0
+
+    def is_rabbit(self, jobid):
+        job = self._job(jobid)
+        if job is None:
+            return 0
+        if job.rabbit:
+            return 1
+        return int(walk(job.jobspec, "attributes.system.dw", ABSENT) is not ABSENT)
+
+    def errno(self):
+        return self._errno
+
+    def _send(self, topic, payload, kind):
+        jobid = payload["jobid"]
+        self.service.receive(
+            self.jobtap, topic, payload, lambda f: self._answered(jobid, kind, f)
+        )
+
+    def _answered(self, jobid, kind, future):
+        """service.c's dws_answer_cb: {success: bool, errstr?: str|null}."""
+        try:
+            answer = future.get()
+        except OSError as exc:
+            self._failed(jobid, kind, exc.errno or errno.EPROTO, None)
+            return
+        success = answer.get("success") if isinstance(answer, dict) else None
+        errstr = answer.get("errstr") if isinstance(answer, dict) else None
+        if type(success) is not bool or not isinstance(errstr, (str, type(None))):
+            self._failed(jobid, kind, errno.EPROTO, None)
+        elif not success:
+            self._failed(jobid, kind, 0, None if errstr is None else errstr.encode())
+
+    def _failed(self, jobid, kind, errnum, errstr):
+        """dws_failed: the plugin's call_failed, contained."""
+        plugin = self.jobtap.gate_port.plugin
+        if plugin is None or not self.jobtap.open:
+            return
+        try:
+            plugin.call_failed(jobid, kind, errnum, errstr)
+        except Exception as exc:  # noqa: BLE001 - the runtime logs it
+            if self.jobtap.jm.failed is not None:
+                self.jobtap.jm.failed("dws request", exc)

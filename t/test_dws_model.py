@@ -40,6 +40,7 @@ from dwsmodel import (
     Jobtap,
     RabbitJobManager,
     Request,
+    ServiceCalls,
 )
 from gate.modeljm import CLEANUP, INACTIVE, RUN, SCHED, Clock, FakeKVS
 from hypothesis import HealthCheck, settings
@@ -217,7 +218,7 @@ class DwsModel(RuleBasedStateMachine):
         options = {"epilog-timeout": EPILOG_TIMEOUT}
         jobtap = self.jobtap = Jobtap(self.jm, self.jmid, self.service, options)
         port = self.port = jobtap.gate_port
-        self.plugin = port.plugin = Dws(jobtap)
+        self.plugin = port.plugin = Dws(jobtap, ServiceCalls(jobtap, self.service))
         self.plugin.configure(None)
         self.jm.port = port
         if jobtap.marks.forwarded("job.new"):

@@ -63,6 +63,7 @@ from .names import (
     OUT_OF_SYNC,
     SETUP,
 )
+from .service import CALL_CREATE, CALL_POST_RUN, CALL_R, CALL_SETUP, DwsService
 from .validate import Malformed, check_constraint, check_update
 
 __all__ = ["Dws", "created_before", "held_actions"]
@@ -72,9 +73,6 @@ CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
 
 #: Where each of a rabbit job's holds keeps it.
 POINTS = {CREATE: DEPEND_POINT, SETUP: PROLOG_POINT, EPILOG: EPILOG_POINT}
-
-#: What service.c tells dws_py_failed failed (its enum dws_call).
-CALL_CREATE, CALL_SETUP, CALL_POST_RUN, CALL_R = range(4)
 
 #: The key paths of a job that resource-update reads, and the keys of
 #: its attributes.system they are.
@@ -134,8 +132,10 @@ class Dws(GateDriver):
     #: services need its own port); dws.so drives it only alone.
     drive_rank = 0
 
-    def __init__(self, jobtap):
+    def __init__(self, jobtap, service=None):
         super().__init__(jobtap)
+        #: service.c's requests to the DWS service (a :class:`.service.Service`).
+        self.service = service if service is not None else DwsService(jobtap)
         self.epilog_timeout = 0.0
         #: Why the epilog timeout in force is not the load's (a load
         #: despite a bad one while the instance started), or None.
@@ -296,7 +296,7 @@ class Dws(GateDriver):
     @job_topic("job.state.depend", every_job=True, requires=DW)
     def on_depend(self, job):
         # The jobspec is read in C (service.c), never decoded here.
-        if self.jobtap.lib.dws_check_args(self.jobtap.p, job.args) < 0:
+        if self.service.check_args(job.args) < 0:
             self.raise_exception(job.id, "dws", "jobtap plugin failed to unpack args")
             return
         if self.gate.recovering(job.id):
@@ -382,9 +382,9 @@ class Dws(GateDriver):
         """Send ``dws.create`` {dw_directives, jobid, resources, userid,
         failure_tolerance}, packed in C from ``args`` (the job's
         callback's; None: the job looked up)."""
-        jobtap = self.jobtap
-        if jobtap.lib.dws_create(jobtap.p, jobid, args or jobtap.ffi.NULL) < 0:
-            unpacked = jobtap.oserror().errno != errno.EPROTO
+        service = self.service
+        if service.create(jobid, service.NO_ARGS if args is None else args) < 0:
+            unpacked = service.errno() != errno.EPROTO
             self.log(syslog.LOG_ERR, f"Failed to send dws.create RPC for {f58(jobid)}")
             note = "Failed to send dws.create RPC"
             if not unpacked:
@@ -521,12 +521,12 @@ class Dws(GateDriver):
         """True if the job asks for rabbit storage (a hold of this name
         on another job is someone else's): seen in DEPEND by this
         instance, or else looked up (in C: its jobspec is not decoded)."""
-        return bool(self.jobtap.lib.dws_is_rabbit(self.jobtap.p, jobid))
+        return bool(self.service.is_rabbit(jobid))
 
     def start_setup(self, jobid):
         """Send ``dws.setup`` {jobid, R}, the job's R read from the KVS
         first, in C."""
-        if self.jobtap.lib.dws_setup(self.jobtap.p, jobid) < 0:
+        if self.service.setup(jobid) < 0:
             self.setup_failed(jobid, "Failed to unpack R")
 
     def set_up(self, jobid, errnum, errstr):
@@ -620,8 +620,7 @@ class Dws(GateDriver):
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
         started = self.gate.posted(jobid, "start")
-        jobtap = self.jobtap
-        if jobtap.lib.dws_post_run(jobtap.p, jobid, started) < 0:
+        if self.service.post_run(jobid, started) < 0:
             self.finish_epilog(jobid, False, "Failed to send dws.post_run RPC")
 
     def arm_timeout(self, jobid, t_start):

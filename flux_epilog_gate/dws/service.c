@@ -12,7 +12,7 @@
  * their answers are then never read.
  */
 
-/* What dws_py_failed is told failed (dws/plugin.py: CALLS). */
+/* What dws_py_failed is told failed (dws/service.py: CALL_*). */
 enum dws_kind {
     DWS_CREATE = 0,
     DWS_SETUP = 1,

@@ -69,6 +69,10 @@ class Requests:
             and self.holdlog.waiting() >= self.context.config.max_pending
         ):
             self._refuse_busy("hold")
+        if done is not None:
+            # Before the hold is in force: placed, it could post its
+            # point's start event, then its end when the record fails.
+            self._check_log("hold")
         job = self.jobs.get(jobid)
         if job and description in job.holds:
             existing = self._same_hold(job.holds[description], point)
@@ -113,6 +117,14 @@ class Requests:
             f"log to be committed (max-pending={bound}): try again later",
         )
 
+    def _check_log(self, method):
+        """Refuse ``method`` while the hold log is of a newer format than
+        this build reads: no hold of it is known, none can be recorded.
+        (In-process callers, which keep holds of their own, are not
+        asked.)"""
+        if self.holdlog.refused is not None:
+            raise GateError(errno.EPROTO, f"{method}: {self.holdlog.refused}")
+
     def _check_hold(self, job, jobid, description, point, known=None):
         """Raise GateError if a new hold cannot be registered; else return
         the job's ``(state, userid)`` (``known``, or looked up)."""
@@ -141,6 +153,7 @@ class Requests:
         for rule in self.context.config.rules:
             if rule.matches(attributes):
                 try:
+                    self._check_log("hold")
                     self.hold(jobid, rule.description, rule.timeout, rule.point)
                 except GateError as exc:
                     self.context.port.log(
@@ -163,6 +176,10 @@ class Requests:
             and self.holdlog.waiting() >= self.context.config.max_pending
         ):
             self._refuse_busy("release")
+        if done is not None:
+            # The hold may well be in the log: "no such hold" would
+            # tell its service that its cleanup is no longer wanted.
+            self._check_log("release")
         job = self.jobs.get(jobid)
         hold = job.holds.get(description) if job else None
         if hold is None:

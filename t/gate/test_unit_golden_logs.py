@@ -15,6 +15,7 @@ import syslog
 
 import pytest
 
+from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import SCHED
 from flux_epilog_gate.gate.holdlog import KEY, parse
 from flux_epilog_gate.gate.logparse import FORMAT, FORMAT_EVENT
@@ -93,10 +94,13 @@ def test_a_log_of_a_newer_format_is_refused_and_left_as_it_is(port, name):
     [error] = errors(port)
     assert f"format {FORMAT + 1}, newer" in error and f"reads ({FORMAT})" in error
     answers = []
-    gate.hold(min(port.jobs), "new", done=lambda hold, err: answers.append(err))
+    # A hold is refused before it is placed (no event posted for it).
+    with pytest.raises(GateError, match=f"format {FORMAT + 1}") as refused:
+        gate.hold(min(port.jobs), "new", done=lambda hold, err: answers.append(err))
+    assert refused.value.errnum == errno.EPROTO
     gate.holdlog.compact(answers.append)
     port.advance(1.0)
-    assert [a.errno for a in answers] == [errno.EPROTO, errno.EPROTO]
+    assert [a.errno for a in answers] == [errno.EPROTO]
     assert f"format {FORMAT + 1}" in str(answers[0])
     assert holds(gate) == set()
     assert port.kvs == before and not port.commits and not port.txns
