@@ -113,6 +113,20 @@ def handle(instance):
     return instance.handle()
 
 
+@pytest.fixture(scope="module")
+def inst(plugin):
+    """An instance per test module, for tests with jobs of guests: 8 fake
+    cores, and jobs stay in the KVS once inactive (no job cleanup), so a
+    guest's view of finished jobs stays checkable.  Modules needing another
+    instance define their own ``inst``."""
+    from flux_epilog_gate.testing import Instance
+
+    with Instance(
+        cores=8, plugin=plugin, env={"FLUX_DISABLE_JOB_CLEANUP": "1"}
+    ) as inst:
+        yield inst
+
+
 @pytest.fixture
 def gate(handle):
     from flux_epilog_gate import EpilogGate
@@ -156,6 +170,13 @@ def port():
     from fakeport import FakePort
 
     return FakePort()
+
+
+def reload_config(inst, text):
+    """Replace the instance's own config text and reload it."""
+    inst.config = text
+    inst.write_config()
+    return inst.flux("config", "reload", check=False)
 
 
 def _option(word):

@@ -9,6 +9,7 @@ import flux.job
 from flux.eventlog import EventLogEvent
 from flux.job import JobspecV1
 
+from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, parse, segment_key
 from flux_epilog_gate.gate.holds import HOLD_EVENT
 from flux_epilog_gate.testing import flux_command
@@ -197,3 +198,49 @@ def replayed(jobs):
             else:
                 held.discard(key)
     return held
+
+
+def in_depend(handle, duration=0.1):
+    """A job kept in DEPEND by an ``afterany`` dependency on a job held in
+    PRIORITY (urgency 0); returns ``(job, holder)``.  Cancelling the
+    holder ends that dependency."""
+    holder = submit(handle, urgency=0)
+    jobid = submit(
+        handle,
+        duration=duration,
+        **{"system.dependencies": [{"scheme": "afterany", "value": str(holder)}]},
+    )
+    wait_event(handle, jobid, "dependency-add")
+    return jobid, holder
+
+
+def damage(inst, jobid, how):
+    """Damage the eventlog of ``jobid`` in the KVS so that a replay drops
+    the job: keep only its submit event, or unlink it (``no-eventlog``)."""
+    key = f"{inst.flux('job', 'id', '--to=kvs', str(jobid)).stdout.strip()}.eventlog"
+    if how == "no-eventlog":
+        inst.flux("kvs", "unlink", key)
+        return
+    first = inst.flux("kvs", "get", key).stdout.splitlines()[0]
+    assert json.loads(first)["name"] == "submit"
+    inst.flux("kvs", "put", "--raw", f"{key}=-", input=first + "\n")
+
+
+def wait_until(predicate, timeout=10.0):
+    """Poll ``predicate`` until it holds, failing after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def held_in_cleanup(inst, *descriptions):
+    """A job of ``inst`` in CLEANUP, held there by ``descriptions``."""
+    handle = inst.handle()
+    gate = EpilogGate(handle)
+    jobid = submit(handle, urgency=0)
+    for description in descriptions:
+        gate.hold(jobid, description)
+    flux.job.cancel(handle, jobid)
+    wait_event(handle, jobid, "epilog-start")
+    return jobid

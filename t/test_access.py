@@ -11,7 +11,6 @@ handle with the guest's userid but owner role, with jobspec wrapped
 flux-security (src/modules/job-ingest/job.c).
 """
 
-import base64
 import errno
 import os
 import subprocess
@@ -20,16 +19,11 @@ import sys
 import flux
 import flux.job
 import pytest
-from flux.job import JobspecV1
+from guests import GUEST_A, GUEST_B, GUEST_NONE, guest, submit_as
 from jobs import eventlog, submit, wait_event
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.testing import Instance
 
-FLUX_ROLE_USER = 0x2
-GUEST_A = os.getuid() + 4242
-GUEST_B = os.getuid() + 4343
-GUEST_NONE = os.getuid() + 4444
 #: The installed command line, run by the interpreter running the tests
 #: (from "/", so that the package is not imported from the source tree).
 CLI = [
@@ -37,54 +31,6 @@ CLI = [
     "-c",
     "import sys; from flux_epilog_gate.client.cli import main; sys.exit(main())",
 ]
-
-
-def open_as(uri, userid, rolemask=None):
-    """A handle whose messages carry ``userid`` (and ``rolemask``)."""
-    keys = ("FLUX_HANDLE_USERID", "FLUX_HANDLE_ROLEMASK")
-    saved = {key: os.environ.get(key) for key in keys}
-    os.environ["FLUX_HANDLE_USERID"] = str(userid)
-    if rolemask is not None:
-        os.environ["FLUX_HANDLE_ROLEMASK"] = hex(rolemask)
-    else:
-        os.environ.pop("FLUX_HANDLE_ROLEMASK", None)
-    try:
-        return flux.Flux(uri)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-def sign_none(text, userid):
-    """``text`` wrapped as flux-core's sign_none_wrap() does for userid."""
-    header = f"version\0i1\0userid\0i{userid}\0mechanism\0snone\0".encode()
-    return ".".join(
-        (
-            base64.b64encode(header).decode(),
-            base64.b64encode(text.encode()).decode(),
-            "none",
-        )
-    )
-
-
-def submit_as(uri, userid):
-    """Submit a job owned by ``userid``, held in PRIORITY (urgency 0)."""
-    handle = open_as(uri, userid)
-    spec = JobspecV1.from_command(["true"])
-    return flux.job.submit(
-        handle, sign_none(spec.dumps(), userid), urgency=0, pre_signed=True
-    )
-
-
-@pytest.fixture(scope="module")
-def inst(plugin):
-    with Instance(
-        cores=8, plugin=plugin, env={"FLUX_DISABLE_JOB_CLEANUP": "1"}
-    ) as inst:
-        yield inst
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +57,6 @@ def jobs(inst, owner):
             flux.job.cancel(handle, jobid)
         except OSError:
             pass
-
-
-def guest(inst, userid):
-    return EpilogGate(open_as(inst.uri, userid, FLUX_ROLE_USER))
 
 
 def table(gate):

@@ -5,9 +5,18 @@ import time
 
 import flux.job
 import pytest
+from conftest import reload_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobs import eventlog, names, query, submit, wait_event, wait_inactive
+from jobs import (
+    eventlog,
+    held_in_cleanup,
+    names,
+    query,
+    submit,
+    wait_event,
+    wait_inactive,
+)
 
 from flux_epilog_gate import EpilogGate
 
@@ -17,13 +26,6 @@ attribute = "system.bb"
 description = "bb"
 timeout = "1m"
 """
-
-
-def reload_config(inst, text):
-    """Replace the instance's own config text and reload it."""
-    inst.config = text
-    inst.write_config()
-    return inst.flux("config", "reload", check=False)
 
 
 @pytest.fixture(scope="module")
@@ -132,17 +134,6 @@ def annotation_is(inst, jobid, text, timeout=10.0):
         assert time.time() < deadline, f"annotation {annotation(inst, jobid)!r}"
         time.sleep(0.1)
     return True
-
-
-def held_in_cleanup(inst, *descriptions):
-    handle = inst.handle()
-    gate = EpilogGate(handle)
-    jobid = submit(handle, urgency=0)
-    for description in descriptions:
-        gate.hold(jobid, description)
-    flux.job.cancel(handle, jobid)
-    wait_event(handle, jobid, "epilog-start")
-    return jobid
 
 
 def test_annotate_shows_holds_of_a_job_in_cleanup_in_flux_jobs(annotated):

@@ -15,6 +15,7 @@ import time
 import flux.job
 import pytest
 from conftest import restart
+from crashes import CONFIG, N, all_answered, checkpoint
 from jobs import (
     described,
     eventlog,
@@ -31,27 +32,10 @@ from jobs import (
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, parse
 
-#: Requests sent at once, so that many share a sync.
-N = 30
-#: Only the gate's own syncs checkpoint during a test.
-CONFIG = '\n[kvs]\ncheckpoint-period = "1h"\n'
-
 
 @pytest.fixture
 def inst(new_instance):
     return new_instance(config=CONFIG)
-
-
-def checkpoint(inst, jobids=()):
-    """Make everything committed so far durable, the eventlogs of
-    ``jobids`` first: the job-manager commits a new job's eventlog after
-    its submission is answered, so a job just submitted may not be in
-    the KVS yet (and a restart would not know it)."""
-    if jobids:
-        handle = inst.handle()
-        for jobid in jobids:
-            flux.job.event_wait(handle, jobid, "submit")
-    inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
 
 
 def wait_recorded(inst, jobids, timeout=10.0):
@@ -64,10 +48,6 @@ def wait_recorded(inst, jobids, timeout=10.0):
             return
         assert time.monotonic() < deadline, "holds not recorded"
         time.sleep(0.05)
-
-
-def all_answered(futures):
-    return [future.get() for future in futures]
 
 
 def cancelled_at_point(handle, gate, jobids, description):

@@ -6,6 +6,7 @@ SIGKILLed and started again on the same state directory.
 """
 
 from conftest import restart
+from crashes import CONFIG, N, all_answered, checkpoint
 from jobs import (
     described,
     eventlog,
@@ -17,7 +18,6 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_crash import CONFIG, N, all_answered, checkpoint
 
 from flux_epilog_gate import EpilogGate
 

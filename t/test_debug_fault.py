@@ -5,8 +5,8 @@ cancelled job gone inactive unheld)."""
 
 import flux.job
 import pytest
-from jobs import query, submit, wait_event
-from test_config import held_in_cleanup, reload_config
+from conftest import reload_config
+from jobs import held_in_cleanup, query, submit, wait_event
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.config import FAULTS, Config, ConfigError

@@ -8,6 +8,7 @@ import pytest
 from jobs import (
     described,
     eventlog,
+    in_depend,
     named,
     names,
     query,
@@ -23,20 +24,6 @@ from flux_epilog_gate.gate.holdlog import MARKER
 pytestmark = pytest.mark.usefixtures("no_leftover_holds")
 
 DEPEND = "depend"
-
-
-def in_depend(handle, duration=0.1):
-    """A job kept in DEPEND by an ``afterany`` dependency on a job held in
-    PRIORITY (urgency 0); returns ``(job, holder)``.  Cancelling the
-    holder ends that dependency."""
-    holder = submit(handle, urgency=0)
-    jobid = submit(
-        handle,
-        duration=duration,
-        **{"system.dependencies": [{"scheme": "afterany", "value": str(holder)}]},
-    )
-    wait_event(handle, jobid, "dependency-add")
-    return jobid, holder
 
 
 def end_other_dependency(handle, holder):

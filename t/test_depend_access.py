@@ -6,16 +6,8 @@ import errno
 import flux.job
 import pytest
 from flux.job import JobspecV1
+from guests import GUEST_A, GUEST_B, guest, open_as, sign_none, submit_as
 from jobs import wait_event, wait_inactive
-from test_access import (  # noqa: F401
-    GUEST_A,
-    GUEST_B,
-    guest,
-    inst,
-    open_as,
-    sign_none,
-    submit_as,
-)
 
 from flux_epilog_gate import EpilogGate
 
@@ -33,7 +25,7 @@ def submit_in_depend_as(uri, userid, holder):
 
 
 @pytest.fixture(scope="module")
-def depend_jobs(inst):  # noqa: F811
+def depend_jobs(inst):
     owner = EpilogGate(inst.handle())
     # A guest may depend on its own jobs only.
     holders = [submit_as(inst.uri, GUEST_A), submit_as(inst.uri, GUEST_B)]
@@ -54,7 +46,7 @@ def depend_jobs(inst):  # noqa: F811
         wait_inactive(inst.handle(), jobid, timeout=30)
 
 
-def test_guest_depend_hold_refused(inst, depend_jobs):  # noqa: F811
+def test_guest_depend_hold_refused(inst, depend_jobs):
     owner, ids = depend_jobs
     before = owner.list()
     with pytest.raises(OSError) as info:
@@ -66,7 +58,7 @@ def test_guest_depend_hold_refused(inst, depend_jobs):  # noqa: F811
     assert owner.list() == before
 
 
-def test_guest_lists_and_watches_own_depend_holds_only(inst, depend_jobs):  # noqa: F811
+def test_guest_lists_and_watches_own_depend_holds_only(inst, depend_jobs):
     _, ids = depend_jobs
     mine = guest(inst, GUEST_A)
     listed = mine.list()

@@ -10,9 +10,11 @@ import time
 import flux.job
 import pytest
 from conftest import LEAD, SLACK, TIMEOUTS, restart
+from crashes import CONFIG, N, all_answered, checkpoint
 from jobs import (
     described,
     eventlog,
+    in_depend,
     named,
     names,
     settle,
@@ -20,8 +22,6 @@ from jobs import (
     wait_event,
     wait_inactive,
 )
-from test_crash import CONFIG, N, all_answered, checkpoint
-from test_depend import in_depend
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, MARKER
@@ -167,7 +167,6 @@ def test_acknowledged_releases_of_depend_holds_survive_sigkill(new_instance):
         [gate.release_async(j, "create", status=statuses[j]) for j in jobids]
     )
     assert answers == [{"released": True}] * N
-    inst.kill()
     handle = restart(inst, "sigkill")
     gate = EpilogGate(handle)
     end_others(handle, *[holder for _, holder in held])
@@ -251,9 +250,7 @@ def test_depend_hold_whose_record_is_lost_is_recovered_from_the_eventlog(
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     jobid, holder, add = held_in_depend(handle, gate, "create", timeout=3600)
     inst.flux("kvs", "unlink", KEY)
-    inst.flux("module", "reload", "job-manager")
-    inst.flux("module", "reload", "sched-simple")
-    inst.flux("module", "reload", "job-exec")
+    restart(inst, "module", dependents=True)
 
     (hold,) = gate.list()
     assert (hold["id"], hold["description"], hold["state"], hold["point"]) == (
@@ -277,7 +274,6 @@ def test_depend_hold_timeout_resumes_after_sigkill(new_instance):
     timeout = TIMEOUTS["instance"]
     jobid, holder, started = held_in_depend(handle, gate, "create", timeout=timeout)
     time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
-    inst.kill()
     handle = restart(inst, "sigkill")
     gate = EpilogGate(handle)
     restarted = time.time()

@@ -17,6 +17,7 @@ import os
 
 import flux.job
 import pytest
+from conftest import restart
 from dwsfake import DW, contexts
 from jobs import (
     GATE_SYNCS_ONLY,
@@ -106,9 +107,7 @@ def test_a_dws_exception_survives_a_sigkill_as_it_was(new_instance, dws, ended):
     fake = dws(inst, "--post-run-hang", *hang)
     jobid, kind = ended(inst, h, fake)
     fake.stop()
-    inst.kill()
-    inst.start()
-    h = inst.handle()
+    h = restart(inst, "sigkill")
     dws(inst)
     wait_inactive(h, jobid, timeout=30)
     events = eventlog(h, jobid)

@@ -4,9 +4,17 @@ epilog: dws.so tells the service as flux-coral2's C plugin ends a
 workflow, with one ``dws.teardown`` for the job, so nothing stays
 stranded; and not again at the next load."""
 
+from conftest import restart
 from dwsfake import DW
-from jobs import described, dmesg, submit, wait_event, wait_inactive
-from test_lost_dropped import damage, wait_until
+from jobs import (
+    damage,
+    described,
+    dmesg,
+    submit,
+    wait_event,
+    wait_inactive,
+    wait_until,
+)
 
 from flux_epilog_gate.gate.lostrecord import KEY
 from flux_epilog_gate.jobid import f58
@@ -14,12 +22,6 @@ from flux_epilog_gate.paths import plugin_path
 
 #: The dws plugin, loaded at run time where the gate alone is configured.
 PLUGIN = plugin_path("dws")
-
-
-def reload_job_manager(inst):
-    inst.flux("module", "reload", "job-manager")
-    inst.flux("module", "reload", "sched-simple")
-    inst.flux("module", "reload", "job-exec")
 
 
 def test_a_dropped_rabbit_job_gets_one_teardown(rabbit_instance, dws):
@@ -31,7 +33,7 @@ def test_a_dropped_rabbit_job_gets_one_teardown(rabbit_instance, dws):
     service.wait(lambda: service.requests("dws.create"))
     damage(inst, jobid, "submit-only")
 
-    reload_job_manager(inst)
+    restart(inst, "module", dependents=True)
     assert dmesg(inst, f"{f58(jobid)} not replayed")
     service.wait(lambda: service.requests("dws.teardown"))
     assert service.requests("dws.teardown") == [{"jobid": jobid}]
@@ -41,7 +43,7 @@ def test_a_dropped_rabbit_job_gets_one_teardown(rabbit_instance, dws):
     # Delivered: the record of lost holds keeps none, and the next load
     # sends nothing.
     wait_until(lambda: inst.flux("kvs", "get", KEY).stdout == "")
-    reload_job_manager(inst)
+    restart(inst, "module", dependents=True)
     wait_inactive(h, submit(h, duration=0.1))
     assert service.requests("dws.teardown") == [{"jobid": jobid}]
 
@@ -60,7 +62,7 @@ def test_a_rabbit_job_dropped_while_dws_is_not_loaded_is_torn_down_at_its_load(
     service.wait(lambda: service.requests("dws.create"))
     damage(inst, jobid, "submit-only")
 
-    reload_job_manager(inst)
+    restart(inst, "module", dependents=True)
     wait_until(lambda: dmesg(inst, f"hold dws-epilog of job {f58(jobid)} was lost"))
     assert service.requests("dws.teardown") == []
     inst.flux("jobtap", "load", PLUGIN)

@@ -16,6 +16,7 @@ import time
 import flux
 import flux.job
 import pytest
+from conftest import restart
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import eventlog, names, submit, wait_event, wait_inactive
@@ -212,8 +213,7 @@ def test_jobmanager_id_is_kept_by_a_job_manager_and_new_with_the_next(probe_so):
         inst.flux("jobtap", "remove", os.path.basename(probe_so))
         inst.flux("jobtap", "load", probe_so)
         assert rpc(h, "jobmanager-id")["id"] == first
-        inst.flux("module", "reload", "job-manager")
-        h = flux.Flux(inst.uri)
+        h = restart(inst, "module")
         assert rpc(h, "jobmanager-id")["id"] not in (0, first)
 
 

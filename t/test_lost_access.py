@@ -4,7 +4,7 @@
 import errno
 
 import pytest
-from test_access import GUEST_A, guest
+from guests import GUEST_A, guest
 
 
 def test_a_guest_may_not_watch_lost_holds(instance):

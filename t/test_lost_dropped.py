@@ -12,15 +12,14 @@ makes the first by chance; here the job's eventlog is rewritten to its
 its memory alone, and the next job-manager replays that.
 """
 
-import json
 import os
 import subprocess
 import sys
-import time
 
 import flux.job
 import pytest
-from jobs import described, dmesg, query, submit, wait_event
+from conftest import restart
+from jobs import damage, described, dmesg, query, submit, wait_event, wait_until
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.jobid import f58
@@ -32,37 +31,13 @@ DAMAGE = {
 }
 
 
-def damage(inst, jobid, how):
-    key = f"{inst.flux('job', 'id', '--to=kvs', str(jobid)).stdout.strip()}.eventlog"
-    if how == "no-eventlog":
-        inst.flux("kvs", "unlink", key)
-        return
-    first = inst.flux("kvs", "get", key).stdout.splitlines()[0]
-    assert json.loads(first)["name"] == "submit"
-    inst.flux("kvs", "put", "--raw", f"{key}=-", input=first + "\n")
-
-
-def wait_until(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.05)
-
-
 def new_job_manager(inst, how):
     """A new job-manager replays the KVS: a module reload, a restart of
     the instance, or a SIGKILL of the broker (what is checkpointed then
     kept) and a restart."""
-    if how == "module":
-        inst.flux("module", "reload", "job-manager")
-    elif how == "instance":
-        inst.stop()
-        inst.start()
-    else:
+    if how == "sigkill":
         inst.flux("kvs", "put", "--sync", "test.checkpoint=1")
-        inst.kill()
-        inst.start()
-    return inst.handle()
+    return restart(inst, how)
 
 
 @pytest.mark.parametrize("how", ["module", "instance", "sigkill"])
@@ -94,8 +69,7 @@ def test_holds_of_a_job_dropped_at_restart_are_lost_loudly(new_instance, kind, h
         assert "restart" in answer["reason"], answer
     assert dmesg(inst, "is not known") == []
     # Reported once: the next job-manager does not report them again.
-    inst.flux("module", "reload", "job-manager")
-    EpilogGate(inst.handle()).list()
+    EpilogGate(restart(inst, "module")).list()
     assert query(inst)["counters"]["lost"] == 0
     assert len(dmesg(inst, f"hold bb of job {f58(dropped)} was lost")) == 1
 

@@ -4,7 +4,7 @@ release, and sees the prolog holds of its own jobs only."""
 import errno
 
 import pytest
-from test_access import GUEST_A, GUEST_B, guest, inst, submit_as  # noqa: F401
+from guests import GUEST_A, GUEST_B, guest, submit_as
 
 from flux_epilog_gate import EpilogGate
 
@@ -12,7 +12,7 @@ PROLOG = "prolog"
 
 
 @pytest.fixture(scope="module")
-def prolog_jobs(inst):  # noqa: F811
+def prolog_jobs(inst):
     owner = EpilogGate(inst.handle())
     ids = {"a": submit_as(inst.uri, GUEST_A), "b": submit_as(inst.uri, GUEST_B)}
     owner.hold(ids["a"], "a-setup", point=PROLOG)
@@ -22,7 +22,7 @@ def prolog_jobs(inst):  # noqa: F811
         owner.release(jobid, description)
 
 
-def test_guest_prolog_hold_refused(inst, prolog_jobs):  # noqa: F811
+def test_guest_prolog_hold_refused(inst, prolog_jobs):
     owner, ids = prolog_jobs
     before = owner.list()
     with pytest.raises(OSError) as info:
@@ -34,7 +34,7 @@ def test_guest_prolog_hold_refused(inst, prolog_jobs):  # noqa: F811
     assert owner.list() == before
 
 
-def test_guest_lists_own_prolog_holds_only(inst, prolog_jobs):  # noqa: F811
+def test_guest_lists_own_prolog_holds_only(inst, prolog_jobs):
     _, ids = prolog_jobs
     listed = guest(inst, GUEST_A).list()
     assert [(h["id"], h["description"], h["point"]) for h in listed] == [

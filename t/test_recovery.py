@@ -122,7 +122,7 @@ def test_the_gate_never_writes_an_empty_hold_log(new_instance):
     assert query(inst)["counters"]["log_commits"] == MAX_APPENDS + 1
     assert gate.list(jobid) == []
     assert get_raw(inst) != b""
-    inst.flux("module", "reload", "job-manager")
+    restart(inst, "module")
     assert "epilog-gate" in inst.flux("jobtap", "list").stdout
     assert gate.hold(submit(handle, urgency=0), "after")["state"] == "pending"
 
@@ -182,7 +182,7 @@ def test_an_entry_of_the_wrong_type_costs_no_valid_hold(new_instance):
         + b', "description": "keep-a", "status": "x"}}',
     ]
     put_raw(inst, b"\n".join([entry(held, "keep-a")] + bad))
-    inst.flux("module", "reload", "job-manager")
+    restart(inst, "module")
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     assert [(h["id"], h["description"]) for h in gate.list()] == [(held, "keep-a")]
     listed = subprocess.run(

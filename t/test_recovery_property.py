@@ -7,6 +7,7 @@ back.  t/gate/test_unit_loader.py runs many more through the FakePort."""
 import subprocess
 
 import pytest
+from conftest import restart
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from jobs import dmesg, submit
@@ -46,7 +47,7 @@ def test_any_hold_log_loads_with_every_valid_hold(held, data):
         check=True,
         timeout=60,
     )
-    inst.flux("module", "reload", "job-manager")
+    restart(inst, "module")
     listed = {(h["id"], h["description"]): h for h in EpilogGate(inst.handle()).list()}
     # The jobs are past DEPEND: a dependency hold of theirs is over.
     kept = {k: c for k, c in holds.items() if c.get("point") != "depend"}

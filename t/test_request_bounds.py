@@ -13,10 +13,10 @@ import time
 import flux
 import flux.constants
 import pytest
+from guests import FLUX_ROLE_USER, open_as
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import dmesg, query
-from test_access import FLUX_ROLE_USER, open_as
 from watchload import broker_rss_kib, wait_watchers, watchers
 
 from flux_epilog_gate import EpilogGate

@@ -22,6 +22,7 @@ the restart (flux-core 0.88):
 import time
 
 import flux.job
+from conftest import restart
 from flux.job import JobspecV1
 from jobs import dmesg, eventlog, named, query, wait_event, wait_inactive
 
@@ -218,7 +219,7 @@ def test_job_left_running_loses_a_hold_loaded_at_run_time_loudly(
     assert answer["released"] is False and "lost" in answer["reason"], answer
 
     # Reported once: the next load into a new job-manager is quiet.
-    inst.flux("module", "reload", "job-manager")
+    restart(inst, "module")
     inst.flux("jobtap", "load", plugin)
     time.sleep(1.0)
     assert query(inst)["counters"]["lost"] == 0
@@ -335,9 +336,7 @@ def test_crash_with_a_job_in_cleanup_loses_its_hold_loudly(new_instance, tmp_pat
     # would be dropped at the restart, and its hold lost too.
     flux.job.event_wait(handle, other, "priority")
     gate.hold(other, "x")
-    inst.kill()
-
-    inst.start()
+    restart(inst, "sigkill")
     (line,) = _wait_log(inst, f"hold bb of job {f58(job)} was lost")
     assert ".err[" in line, line
     assert query(inst)["counters"]["lost"] == 1

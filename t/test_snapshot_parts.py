@@ -16,6 +16,7 @@ import time
 
 import flux.job
 import pytest
+from conftest import restart
 from flux.core.inner import ffi, lib, raw
 from flux.job import JobspecV1
 from jobs import GATE_SYNCS_ONLY, dmesg, query, replayed
@@ -117,9 +118,7 @@ def test_a_snapshot_in_parts_is_the_log_and_a_restart_recovers_every_hold(inst):
     assert all(len(entries) == 1 for entries in (jobs[j] for j in held))
     assert not side_exists(handle)
 
-    inst.stop()
-    inst.start()
-    handle = inst.handle()
+    handle = restart(inst, "instance")
     gate = EpilogGate(handle)
     assert listed(gate) == {(jobid, "bb") for jobid in held}
     assert dmesg(inst, "skipped") == []
@@ -144,10 +143,7 @@ def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
             if during == 3:
                 break
     assert during == 3, "no snapshot in parts was seen"
-    inst.kill()
-    assert not inst.alive()
-    inst.start()
-    handle = inst.handle()
+    handle = restart(inst, "sigkill")
     gate = EpilogGate(handle)
 
     # Killed before the swap: its part-written side key is left, ignored.
@@ -165,9 +161,7 @@ def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
         time.sleep(0.1)
     jobs, skipped = logged(inst)
     assert skipped == [] and replayed(jobs) == holds
-    inst.kill()
-    inst.start()
-    assert listed(EpilogGate(inst.handle())) == holds
+    assert listed(EpilogGate(restart(inst, "sigkill"))) == holds
 
 
 def test_a_directory_at_the_side_key_is_replaced_and_removed(inst):

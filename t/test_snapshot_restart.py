@@ -9,6 +9,7 @@ import json
 import time
 
 import pytest
+from conftest import restart
 from jobs import get_raw, set_urgency, submit, wait_event
 
 from flux_epilog_gate import EpilogGate
@@ -84,9 +85,7 @@ def test_snapshot_lines_and_t_hold_survive_a_reload_exactly(new_instance, plugin
     before = listed(gate)
     lines_before = hold_lines(inst)
     if kind == "kill":
-        inst.kill()
-        inst.start()
-        handle = inst.handle()
+        handle = restart(inst, "sigkill")
         gate = EpilogGate(handle)
     else:
         inst.flux("jobtap", "remove", "epilog-gate.so")

@@ -21,8 +21,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
 from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY, hold_entry
 
-from .test_unit_snapshot import gate_holds, replayed
-from .unitgate import USER
+from .unitgate import USER, gate_holds, replayed
 
 #: MAX_BYTES, MAX_APPENDS, SEGMENT_FLOOR, MAX_SEGMENTS of the model.
 LIMITS = (4000, 16, 1000, 100)

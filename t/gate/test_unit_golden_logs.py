@@ -20,9 +20,7 @@ from flux_epilog_gate.gate import SCHED
 from flux_epilog_gate.gate.holdlog import KEY, parse
 from flux_epilog_gate.gate.logparse import FORMAT, FORMAT_EVENT
 
-from .test_unit_segments import load
-from .test_unit_snapshot import replayed
-from .unitgate import USER
+from .unitgate import USER, load, replayed
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data")
 GOLDEN = ("appends", "segments", "parts")

@@ -18,7 +18,7 @@ from flux_epilog_gate.gate.holds import (
     Hold,
 )
 
-from .unitgate import JOB, USER, logged
+from .unitgate import JOB, USER, logged, replayed
 
 
 def hold_pending(port, gate, jobid, description="bb", timeout=None):
@@ -479,8 +479,6 @@ def test_other_append_errors_are_answered_without_a_snapshot(port, gate, errnum)
 def test_a_hold_cancelled_within_its_microsecond_replays_as_gone(port, gate, fraction):
     # Every line's time is rounded alike: a cancellation stamped with the
     # raw clock could sort before the rounded time of its hold.
-    from .test_unit_snapshot import replayed
-
     port.clock = 1_700_000_000 + fraction
     hold_pending(port, gate, JOB)
     gate.release(JOB, "bb")

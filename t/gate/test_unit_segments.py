@@ -18,12 +18,9 @@ from hypothesis import strategies as st
 from logstrategies import hold_logs
 
 from flux_epilog_gate.gate import SCHED, Gate, holdlog
-from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, segment_key
-from flux_epilog_gate.gate.loader import Load
 
-from .test_unit_snapshot import gate_holds, replayed
-from .unitgate import USER
+from .unitgate import USER, gate_holds, load, replayed
 
 JOBS = (11, 12, 13, 14)
 
@@ -70,15 +67,6 @@ def churn(port, gate, appends, jobid=50):
 
 def keys_written(port):
     return [key for key, _, _ in port.commits]
-
-
-def load(port):
-    loading = Load(port)
-    gate = loading.begin(Config())
-    for jobid, job in port.jobs.items():
-        loading.on_new(jobid, job.state, USER)
-    loading.loaded()
-    return loading, gate
 
 
 # Writing

@@ -17,31 +17,12 @@ from fakeport import KVS, LOOKUP, OPS
 
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
 from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY, parse
-from flux_epilog_gate.gate.holds import CANCEL_EVENT, HOLD_EVENT, RELEASE_EVENT
+from flux_epilog_gate.gate.holds import RELEASE_EVENT
 
-from .unitgate import USER
+from .unitgate import USER, gate_holds, replayed
 
 #: Bytes of a part in these tests: a few hold entries.
 CHUNK = 400
-
-
-def replayed(text):
-    """The holds a log leaves, replayed as recovery does (each job's
-    entries in time order; a hold entry of a hold already there changes
-    nothing): a set of (id, description)."""
-    held = set()
-    for jobid, entries in parse(text)[0].items():
-        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
-            key = (jobid, context["description"])
-            if name == HOLD_EVENT:
-                held.add(key)
-            elif name in (CANCEL_EVENT, RELEASE_EVENT):
-                held.discard(key)
-    return held
-
-
-def gate_holds(gate):
-    return {(jobid, d) for jobid, job in gate.jobs.items() for d in job.holds}
 
 
 def logged(port):

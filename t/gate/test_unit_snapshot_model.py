@@ -24,7 +24,7 @@ from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
 from flux_epilog_gate.gate.holdlog import SEGMENTS, SIDE_KEY
 
-from .test_unit_snapshot import gate_holds, replayed
+from .unitgate import gate_holds, replayed
 
 JOBS = st.integers(min_value=1, max_value=8)
 DESCRIPTIONS = st.sampled_from(["a", "b"])

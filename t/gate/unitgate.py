@@ -4,7 +4,10 @@ Gate (the ``gate`` fixture, in this folder's conftest.py), and eventlog entries
 as recovery reads them."""
 
 from flux_epilog_gate.gate import CLEANUP, RUN, SCHED
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import KEY, MARKER, parse
+from flux_epilog_gate.gate.holds import CANCEL_EVENT, HOLD_EVENT, RELEASE_EVENT
+from flux_epilog_gate.gate.loader import Load
 
 JOB = 4242
 JOB2 = 4343
@@ -74,3 +77,33 @@ def recover(port, gate, state, events, happened=(), jobid=JOB, userid=USER):
 def annotations(port, jobid=JOB):
     """The annotations the gate set on a job, in order."""
     return [c["epilog_gate"] for name, c in port.events[jobid] if name == "memo"]
+
+
+def replayed(text):
+    """The holds a log leaves, replayed as recovery does (each job's
+    entries in time order; a hold entry of a hold already there changes
+    nothing): a set of (id, description)."""
+    held = set()
+    for jobid, entries in parse(text)[0].items():
+        for _, name, context in sorted(entries, key=lambda entry: entry[0]):
+            key = (jobid, context["description"])
+            if name == HOLD_EVENT:
+                held.add(key)
+            elif name in (CANCEL_EVENT, RELEASE_EVENT):
+                held.discard(key)
+    return held
+
+
+def gate_holds(gate):
+    """The holds ``gate`` keeps: a set of (id, description)."""
+    return {(jobid, d) for jobid, job in gate.jobs.items() for d in job.holds}
+
+
+def load(port):
+    """A gate loaded over the jobs of ``port``: ``(loading, gate)``."""
+    loading = Load(port)
+    gate = loading.begin(Config())
+    for jobid, job in port.jobs.items():
+        loading.on_new(jobid, job.state, USER)
+    loading.loaded()
+    return loading, gate
