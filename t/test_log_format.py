@@ -79,3 +79,20 @@ def test_a_log_of_a_newer_format_is_left_as_it_is(inst):
     assert [(h["id"], h["description"]) for h in gate.list()] == [(jobid, "bb")]
     assert query(inst)["log_error"] is None
     gate.release(jobid, "bb")
+
+
+def test_dws_alone_says_the_log_was_refused(dws_so, new_instance):
+    # dws.so alone drives the gate: its query must say what the gate's
+    # would, or an admin with only dws.so loaded never learns of it.
+    inst = new_instance(plugin=dws_so)
+    answer = json.loads(inst.flux("jobtap", "query", "dws.so").stdout)
+    assert (answer["version"], answer["log_format"]) == (__version__, FORMAT)
+    assert answer["log_error"] is None
+    newer = json.dumps(
+        {"timestamp": 1.7e9, "name": FORMAT_EVENT, "context": {"version": NEWER}}
+    )
+    inst.flux("kvs", "put", "--raw", f"{KEY}=-", input=newer + "\n")
+    inst.stop()
+    inst.start()
+    answer = json.loads(inst.flux("jobtap", "query", "dws.so").stdout)
+    assert f"format {NEWER}, newer" in answer["log_error"]

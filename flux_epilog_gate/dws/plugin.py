@@ -212,6 +212,7 @@ class Dws(GateDriver):
     @plugin_topic("plugin.query")
     def query(self, args):
         return {
+            **self.log_status(),
             "epilog-timeout": self.epilog_timeout,
             "config_error": self.config_error,
             "drives-gate": self.driving,

@@ -25,9 +25,11 @@ import errno
 import syslog
 
 from ..gate.loader import Load
+from ..gate.logparse import FORMAT
 from ..gate.shutdown import BROKER_SHUTDOWN
 from ..jobid import f58
 from ..jobtap.plugin import Plugin, RequestError, internal_error, job_topic
+from ..version import __version__
 from .gcpolicy import FREEZER
 from .host import host_of
 from .port import GatePort
@@ -128,6 +130,16 @@ class GateDriver(Plugin):
     @property
     def committed(self):
         return self.host is not None
+
+    def log_status(self):
+        """What every plugin of the gate says of its build and hold log
+        in ``flux jobtap query``: the package's version, the log format
+        it writes, and why the log was refused (None if it was not)."""
+        return {
+            "version": __version__,
+            "log_format": FORMAT,
+            "log_error": self.gate.holdlog.refused,
+        }
 
     def instance_starting(self):
         """True while the job-manager starts or rc1 runs: then a load

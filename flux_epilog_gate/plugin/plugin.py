@@ -16,10 +16,8 @@ import syslog
 from ..errors import GateError
 from ..gate import protocol
 from ..gate.config import Config, ConfigError
-from ..gate.logparse import FORMAT
 from ..gate.shutdown import loaded_from_config
 from ..jobtap.plugin import Refused, plugin_topic, request
-from ..version import __version__
 from . import fast
 from .driver import GateDriver, after_recovery
 from .gcpolicy import FREEZER
@@ -152,9 +150,7 @@ class EpilogGatePlugin(GateDriver):
         self.fault("query")
         gate = self.gate
         return {
-            "version": __version__,
-            "log_format": FORMAT,
-            "log_error": gate.holdlog.refused,
+            **self.log_status(),
             "config": gate.config.to_dict(),
             "config_error": self.config_error,
             "counters": dict(
