@@ -1,14 +1,7 @@
 """Who may do what: hold and release are for the instance owner only; a
 guest lists and watches holds on its own jobs only.
 
-Guests are simulated the way flux-core's own tests do it: a handle opened
-with FLUX_HANDLE_USERID (and FLUX_HANDLE_ROLEMASK=0x2, FLUX_ROLE_USER) in
-the environment gets that userid and rolemask stamped on its messages by
-the broker's local connector (see flux_open_ex() in
-src/common/libflux/handle.c).  Jobs of a guest are submitted through a
-handle with the guest's userid but owner role, with jobspec wrapped
-"sign-none" for that userid, which is what job-ingest accepts without
-flux-security (src/modules/job-ingest/job.c).
+How guests are simulated: guests.py.
 """
 
 import errno

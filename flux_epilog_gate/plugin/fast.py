@@ -85,7 +85,9 @@ class FastPath:
         """:meth:`release` for a request the general path decoded."""
         self.release(self.port.own_request(message), jobid, description, status)
 
-    # The one body of each request.
+    # The one body of each request.  hold and release check readiness
+    # each in its own lines, not through a shared helper: every owner
+    # hold and release runs here, and a call more is paid per request.
 
     def hold(self, kept, jobid, description, timeout, point):
         """Place a hold for the request ``kept``; answered once its
