@@ -195,13 +195,15 @@ def jobtap_list(handle):
 
 
 #: The timeout of a hold that is active across a restart, by kind of
-#: restart (the restart, with room for a busy machine, must end a second
-#: before it fires), and how long after the hold's activation the
-#: restart begins: a timer restarted from zero would fire at least LEAD
-#: seconds late, beyond SLACK.
-TIMEOUTS = {"jobtap": 8.0, "module": 10.0, "instance": 14.0, "sigkill": 14.0}
-LEAD = 3.0
-SLACK = 2.0
+#: restart: the restart begins LEAD seconds after the hold's activation
+#: and must end a second before the timeout, with room for a busy machine
+#: (a plugin or module reload takes well under a second, an instance's
+#: stop and start one or two).  A timer restarted from zero would then
+#: fire at least LEAD seconds late, beyond SLACK, the lateness a resumed
+#: timer is allowed.
+TIMEOUTS = {"jobtap": 4.0, "module": 4.5, "instance": 8.0, "sigkill": 8.0}
+LEAD = 2.0
+SLACK = 1.0
 
 #: The ways a test takes the gate away and brings it back (see
 #: :func:`restart`).

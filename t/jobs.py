@@ -75,10 +75,13 @@ def wait_inactive(handle, jobid, timeout=15.0):
     return wait_event(handle, jobid, "clean", timeout=timeout)
 
 
-def settle(handle, jobid, name, seconds=0.5):
+def settle(handle, jobid, name, seconds=0.5, since=None):
     """Give the job-manager time to post ``name`` if it were going to, then
-    return the eventlog (to prove that it did not)."""
-    time.sleep(seconds)
+    return the eventlog (to prove that it did not).  ``seconds`` count
+    from ``since`` (a timestamp: when the job could first have posted it)
+    if given, else from now: what the test did meanwhile counts too."""
+    begin = time.time() if since is None else since
+    time.sleep(max(0.0, begin + seconds - time.time()))
     return eventlog(handle, jobid)
 
 
@@ -212,6 +215,32 @@ def in_depend(handle, duration=0.1):
     )
     wait_event(handle, jobid, "dependency-add")
     return jobid, holder
+
+
+def held_in_depend(handle, gate, description, timeout=None):
+    """A job in DEPEND (see :func:`in_depend`) with dependency hold
+    ``description``; returns it, the job its other dependency waits for
+    (see :func:`end_others`) and the hold's ``dependency-add``."""
+    jobid, holder = in_depend(handle)
+    gate.hold(jobid, description, timeout=timeout, point="depend")
+    add = wait_event(handle, jobid, "dependency-add", match=described(description))
+    return jobid, holder, add
+
+
+def end_others(handle, *holders):
+    """End the jobs' other dependency (after a restart: flux-core's
+    dependency-after fails, at a restart, a dependency on a job that went
+    inactive meanwhile)."""
+    for holder in holders:
+        flux.job.cancel(handle, holder)
+    for holder in holders:
+        wait_inactive(handle, holder)
+
+
+def assert_in_depend(handle, jobid, seconds=0.5):
+    """The job is still in DEPEND: no ``depend`` event in ``seconds``."""
+    events = names(settle(handle, jobid, "depend", seconds=seconds))
+    assert "depend" not in events, events
 
 
 def damage(inst, jobid, how):

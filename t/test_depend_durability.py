@@ -1,9 +1,9 @@
-"""Dependency holds survive the plugin being removed and loaded again, a
-reload of the job-manager, a restart of the instance and a SIGKILL: an
-active dependency hold still keeps its job in DEPEND, its release then
-lets it run, and its timeout resumes on the clock that started when it
-became active.  A failed load and the instance's shutdown change
-nothing."""
+"""Dependency holds across a SIGKILL, a failed load, the instance's
+shutdown and a lost hold log: an active dependency hold still keeps its
+job in DEPEND, its release then lets it run, and its timeout resumes on
+the clock that started when it became active.  (Across a plugin
+reload, a job-manager reload and an instance restart, with the other
+points: test_durability.py.)"""
 
 import time
 
@@ -12,19 +12,19 @@ import pytest
 from conftest import LEAD, SLACK, TIMEOUTS, restart
 from crashes import CONFIG, N, all_answered, checkpoint
 from jobs import (
-    described,
+    assert_in_depend,
+    end_others,
     eventlog,
-    in_depend,
+    held_in_depend,
     named,
     names,
-    settle,
     submit,
     wait_event,
     wait_inactive,
 )
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.gate.holdlog import KEY, MARKER
+from flux_epilog_gate.gate.holdlog import KEY
 from flux_epilog_gate.jobid import f58
 
 #: Seconds from the submission of the SIGKILL test's jobs to their
@@ -35,87 +35,6 @@ BEGIN = 10.0
 BOUND = 2.0
 
 DEPEND = "depend"
-
-
-def held_in_depend(handle, gate, description, timeout=None):
-    """A job in DEPEND with dependency hold ``description``; returns it,
-    the job its other dependency waits for (see :func:`end_others`) and
-    the hold's ``dependency-add``."""
-    jobid, holder = in_depend(handle)
-    gate.hold(jobid, description, timeout=timeout, point=DEPEND)
-    add = wait_event(handle, jobid, "dependency-add", match=described(description))
-    return jobid, holder, add
-
-
-def end_others(handle, *holders):
-    """End the jobs' other dependency (after the restart: flux-core's
-    dependency-after fails, at a restart, a dependency on a job that went
-    inactive meanwhile)."""
-    for holder in holders:
-        flux.job.cancel(handle, holder)
-    for holder in holders:
-        wait_inactive(handle, holder)
-
-
-def assert_in_depend(handle, jobid, seconds=0.5):
-    events = names(settle(handle, jobid, "depend", seconds=seconds))
-    assert "depend" not in events, events
-
-
-@pytest.mark.parametrize("kind", ["jobtap", "module", "instance"])
-def test_depend_holds_survive_restart(kind, restarter):
-    r = restarter(kind)
-    handle, gate = r.handle, r.gate
-    timeout = TIMEOUTS[kind]
-
-    act, act_holder, _ = held_in_depend(handle, gate, "a-create")
-    gate.hold(act, "a-teardown")
-    timed, timed_holder, started = held_in_depend(
-        handle, gate, "t-create", timeout=timeout
-    )
-    before = {(h["id"], h["description"]): h for h in gate.list()}
-
-    time.sleep(max(0.0, started.timestamp + LEAD - time.time()))
-    # A new job-manager has no scheduler and no exec service until they
-    # say hello again: they are reloaded with it.
-    r.restart(dependents=True)
-    restarted = time.time()
-    handle, gate = r.handle, r.gate
-    assert restarted < started.timestamp + timeout - 1.0, "restart took too long"
-
-    after = {(h["id"], h["description"]): h for h in gate.list()}
-    assert {k: (h["state"], h["point"]) for k, h in after.items()} == {
-        (act, "a-create"): ("active", DEPEND),
-        (act, "a-teardown"): ("pending", "epilog"),
-        (timed, "t-create"): ("active", DEPEND),
-    }
-    for key, hold in before.items():
-        assert after[key].get("timeout") == hold.get("timeout"), key
-        if "t_start" in hold:
-            assert after[key]["t_start"] == pytest.approx(hold["t_start"], abs=0.1)
-
-    # Still in DEPEND; the release lets it run.
-    end_others(handle, act_holder, timed_holder)
-    assert_in_depend(handle, act)
-    assert gate.release(act, "a-create") == {"released": True}
-    wait_event(handle, act, "start", timeout=30)
-    wait_event(handle, act, "epilog-start", match=described("a-teardown"))
-    gate.release(act, "a-teardown")
-    wait_inactive(handle, act, timeout=30)
-    (remove,) = named(eventlog(handle, act), "dependency-remove", "a-create")
-    assert remove.context[MARKER] is True
-
-    # The timeout resumes on the original clock and fails the job.
-    exc = wait_event(handle, timed, "exception", timeout=timeout + 20)
-    assert exc.context["severity"] == 0 and exc.context["type"] == "dependency"
-    assert "t-create" in exc.context["note"] and "timed out" in exc.context["note"]
-    assert exc.timestamp - started.timestamp >= timeout - 0.05
-    assert exc.timestamp <= max(started.timestamp + timeout, restarted) + SLACK
-    wait_inactive(handle, timed, timeout=30)
-    assert "alloc" not in names(eventlog(handle, timed))
-    assert gate.list() == []
-    log = r.inst.flux("kvs", "get", KEY).stdout
-    assert '"description":"a-create","point":"depend"' in log, log
 
 
 def test_acknowledged_depend_holds_survive_sigkill(new_instance):
