@@ -28,8 +28,9 @@ from flux_epilog_gate.gate.holdlog import KEY
 from flux_epilog_gate.jobid import f58
 
 #: Seconds from the submission of the SIGKILL test's jobs to their
-#: begin-time: the holds are answered and the instance killed before it.
-BEGIN = 10.0
+#: begin-time: the holds are answered and the instance killed before it
+#: (in a second and a half on a loaded machine).
+BEGIN = 4.0
 
 #: shutdown-timeout of the shutdown test.
 BOUND = 2.0
