@@ -10,10 +10,11 @@ once; the epilog timeout, which the whole instance is configured with,
 has an instance of its own."""
 
 import os
+import time
 
 import flux.job
 import pytest
-from conftest import restart
+from conftest import TIMEOUTS, restart
 from dwsfake import DW, contexts
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 
@@ -110,17 +111,20 @@ def test_prolog_and_epilog_holds_carry_on_after_disruption(kind, rabbit_instance
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_epilog_timeout_fires_after_disruption(kind, rabbit_instance, dws):
-    timeout = 12.0
+    # Long enough to outlast the disruption, with room for a busy machine.
+    timeout = TIMEOUTS[kind]
     inst = rabbit_instance(**{"epilog-timeout": timeout})
     h = inst.handle()
     service = dws(inst, *HANG)
     jobid = in_epilog(h)
     options = () if kind != "jobtap" else (f"epilog-timeout={timeout}",)
     h, service = disrupt(kind, inst, service, dws, *options)
+    disrupted = time.time()
+    start = named(eventlog(h, jobid), "epilog-start", "dws-epilog")[0].timestamp
+    assert disrupted < start + timeout - 1.0, "the disruption outlasted the timeout"
     wait_inactive(h, jobid, timeout=timeout + 30)
     events = eventlog(h, jobid)
     (exc,) = [e.context for e in named(events, "exception")]
     assert exc["type"] == "dws-epilog-timeout"
     assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 1
-    start = named(events, "epilog-start", "dws-epilog")[0].timestamp
     assert named(events, "exception")[0].timestamp >= start + timeout - 0.5
