@@ -191,11 +191,11 @@ def ours(path):
     return os.path.islink(path) and MARK in os.readlink(path)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def flux_core_dirs():
     """The machine's flux-core plugin and command directories, for one
-    test at a time (a lock, also across test runs); links of ours are
-    removed before and after, even on failure."""
+    test module at a time (a lock, also across test runs); links of ours
+    are removed before and after, even on failure."""
     links = [
         os.path.join(PLUGINDIR, "epilog-gate.so"),
         os.path.join(PLUGINDIR, "dws.so"),
@@ -223,24 +223,46 @@ def flux_core_dirs():
                     os.unlink(link)
 
 
-@pytest.fixture
-def real_install(tmp_path, flux_core_dirs):
-    """Install into the machine's flux-core (its plugin and command
-    directories; the environment and man pages under a prefix of the
-    test's own); remove all of it afterwards, even on failure."""
-    prefix = str(tmp_path / MARK)
+class RealInstall:
+    """An install into the machine's flux-core (its plugin and command
+    directories, ``links``; the environment and man pages under
+    ``prefix``), made by :meth:`install` and kept for the next test that
+    asks for it: an install costs a new environment and a build."""
+
+    def __init__(self, prefix, links):
+        self.prefix = prefix
+        self.links = links
+        self.installed = False
+
+    def install(self):
+        """Install, unless the last test left the install in place."""
+        if not self.installed:
+            proc = make("install-system", PREFIX=self.prefix)
+            assert proc.returncode == 0, proc.stdout + proc.stderr
+            self.installed = True
+        return self
+
+    def uninstall(self):
+        self.installed = False
+        return make("uninstall-system", PREFIX=self.prefix)
+
+
+@pytest.fixture(scope="module")
+def real_install(tmp_path_factory, flux_core_dirs):
+    """The module's :class:`RealInstall`; all of it removed at the end,
+    even on failure."""
+    prefix = str(tmp_path_factory.mktemp("real") / MARK)
+    real = RealInstall(prefix, flux_core_dirs)
     try:
-        proc = make("install-system", PREFIX=prefix)
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        yield prefix, flux_core_dirs
+        yield real
     finally:
-        make("uninstall-system", PREFIX=prefix)
+        real.uninstall()
 
 
 def test_real_install_loads_by_name_and_answers_as_flux_subcommand(
     real_install, tmp_path
 ):
-    prefix, links = real_install
+    prefix, links = real_install.install().prefix, real_install.links
     pkglibdir = os.path.join(prefix, "lib", "flux-epilog-gate")
     assert os.path.realpath(links[0]) == os.path.realpath(site_plugin(pkglibdir))
     proc = run_instance(tmp_path, clean_env())
@@ -249,12 +271,10 @@ def test_real_install_loads_by_name_and_answers_as_flux_subcommand(
     )
 
 
-def test_uninstall_removes_what_install_put_in_flux_core(tmp_path, flux_core_dirs):
-    prefix = str(tmp_path / MARK)
-    links = flux_core_dirs
-    assert make("install-system", PREFIX=prefix).returncode == 0
+def test_uninstall_removes_what_install_put_in_flux_core(real_install):
+    prefix, links = real_install.install().prefix, real_install.links
     assert all(os.path.islink(link) for link in links)
-    proc = make("uninstall-system", PREFIX=prefix)
+    proc = real_install.uninstall()
     assert proc.returncode == 0, proc.stderr
     assert not any(os.path.lexists(link) for link in links)
     assert not os.path.exists(os.path.join(prefix, "lib", "flux-epilog-gate"))
