@@ -9,9 +9,10 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
-from conftest import discard
+from conftest import TIMEOUTS, discard
 from dwsfake import DW, FakeDws, contexts, listed
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -317,7 +318,8 @@ def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):
     # dws.so loads first and begins the gate's recovery; epilog-gate.so,
     # loaded next, takes the gate over before it is complete: dws still
     # takes the epilog timeouts over once the gate's view is complete.
-    timeout = 10.0
+    # Long enough to outlast the restart, with room for a busy machine.
+    timeout = TIMEOUTS["instance"]
     inst = Instance(
         cores=8,
         plugin=DWS,
@@ -332,6 +334,8 @@ def test_epilog_timeout_fires_after_a_restart_that_hands_the_gate_over(dws):
         inst.stop()
         inst.start()
         h = inst.handle()
+        (start,) = named(eventlog(h, jobid), "epilog-start", "dws-epilog")
+        assert time.time() < start.timestamp + timeout - 1.0, "restart took too long"
         wait_inactive(h, jobid, timeout=timeout + 30)
         events = eventlog(h, jobid)
         (exc,) = [e.context for e in named(events, "exception")]
