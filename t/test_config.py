@@ -167,8 +167,9 @@ def test_annotation_of_a_running_job_appears_at_finish(annotated):
     inst = annotated
     handle = inst.handle()
     gate = EpilogGate(handle)
-    # Long enough for `flux jobs` to answer while it runs, under load.
-    jobid = submit(handle, duration=8.0)
+    # Long enough for `flux jobs` (a few tenths of a second under load)
+    # to answer while it runs.
+    jobid = submit(handle, duration=4.0)
     gate.hold(jobid, "stage-out")
     wait_event(handle, jobid, "start")
     assert annotation(inst, jobid) == ""
