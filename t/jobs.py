@@ -30,6 +30,20 @@ def submit(handle, duration=None, urgency=None, **attrs):
     return flux.job.submit(handle, spec, **kwargs)
 
 
+def submit_many(handle, count, duration=None, urgency=None, **attrs):
+    """Submit ``count`` jobs as :func:`submit` does, all at once (one at
+    a time, each waits for its answer: tens of milliseconds); their ids,
+    in order of submission."""
+    spec = JobspecV1.from_command(["true"])
+    if duration is not None:
+        spec.setattr(SIM, f"{duration}s")
+    for key, value in attrs.items():
+        spec.setattr(key, value)
+    kwargs = {} if urgency is None else {"urgency": urgency}
+    futures = [flux.job.submit_async(handle, spec, **kwargs) for _ in range(count)]
+    return [future.get_id() for future in futures]
+
+
 def eventlog(handle, jobid):
     """The job's eventlog as committed now: a list of EventLogEvent."""
     answer = handle.rpc(
@@ -155,7 +169,7 @@ def recorded(instance):
 def held_waiting(handle, gate, count, description="bb"):
     """``count`` jobs held in SCHED (urgency 0), each with a pending hold
     ``description``; their ids."""
-    jobids = [submit(handle, urgency=0) for _ in range(count)]
+    jobids = submit_many(handle, count, urgency=0)
     for jobid in jobids:
         gate.hold(jobid, description)
     return jobids

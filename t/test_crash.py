@@ -25,6 +25,7 @@ from jobs import (
     recorded,
     settle,
     submit,
+    submit_many,
     wait_event,
     wait_inactive,
 )
@@ -60,9 +61,9 @@ def cancelled_at_point(handle, gate, jobids, description):
 
 def test_acknowledged_holds_survive_sigkill(inst):
     handle, gate = inst.handle(), EpilogGate(inst.handle())
-    pending = [submit(handle, urgency=0) for _ in range(N)]
+    pending = submit_many(handle, N, urgency=0)
     # Jobs cancelled before any hold: in CLEANUP, held by their hold only.
-    waiting = [submit(handle, urgency=0) for _ in range(N)]
+    waiting = submit_many(handle, N, urgency=0)
     first = [gate.hold_async(jobid, "keep") for jobid in waiting]
     all_answered(first)
     cancelled_at_point(handle, gate, waiting, "keep")
@@ -102,7 +103,7 @@ def test_acknowledged_holds_survive_sigkill(inst):
 
 def test_acknowledged_releases_of_active_holds_survive_sigkill(inst):
     handle, gate = inst.handle(), EpilogGate(inst.handle())
-    jobids = [submit(handle, urgency=0) for _ in range(N)]
+    jobids = submit_many(handle, N, urgency=0)
     all_answered([gate.hold_async(jobid, "bb") for jobid in jobids])
     cancelled_at_point(handle, gate, jobids, "bb")
     checkpoint(inst)
@@ -131,7 +132,7 @@ def test_acknowledged_releases_of_active_holds_survive_sigkill(inst):
 
 def test_acknowledged_cancels_of_pending_holds_survive_sigkill(inst):
     handle, gate = inst.handle(), EpilogGate(inst.handle())
-    jobids = [submit(handle, urgency=0) for _ in range(N)]
+    jobids = submit_many(handle, N, urgency=0)
     all_answered([gate.hold_async(jobid, "bb") for jobid in jobids])
     wait_recorded(inst, jobids)
     checkpoint(inst)
@@ -159,7 +160,7 @@ def test_acknowledged_requests_survive_sigkill_across_a_snapshot(inst):
     active = [submit(handle, urgency=0) for _ in range(10)]
     all_answered([gate.hold_async(jobid, "a") for jobid in active])
     cancelled_at_point(handle, gate, active, "a")
-    pending = [submit(handle, urgency=0) for _ in range(MAX_APPENDS // 2 + 40)]
+    pending = submit_many(handle, MAX_APPENDS // 2 + 40, urgency=0)
     checkpoint(inst, pending)
     # One request at a time: a synced write each, MAX_APPENDS and more.
     for jobid in pending:

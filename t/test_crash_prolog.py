@@ -14,7 +14,7 @@ from jobs import (
     names,
     set_urgency,
     settle,
-    submit,
+    submit_many,
     wait_event,
     wait_inactive,
 )
@@ -25,7 +25,7 @@ from flux_epilog_gate import EpilogGate
 def test_acknowledged_prolog_holds_survive_sigkill(new_instance):
     inst = new_instance(config=CONFIG)
     handle, gate = inst.handle(), EpilogGate(inst.handle())
-    jobids = [submit(handle, duration=0.1, urgency=0) for _ in range(N)]
+    jobids = submit_many(handle, N, duration=0.1, urgency=0)
     checkpoint(inst, jobids)
 
     answers = all_answered(
@@ -50,7 +50,7 @@ def test_acknowledged_prolog_holds_survive_sigkill(new_instance):
 def test_acknowledged_releases_of_active_prolog_holds_survive_sigkill(new_instance):
     inst = new_instance(config=CONFIG)
     handle, gate = inst.handle(), EpilogGate(inst.handle())
-    jobids = [submit(handle, duration=0.1, urgency=0) for _ in range(N)]
+    jobids = submit_many(handle, N, duration=0.1, urgency=0)
     all_answered([gate.hold_async(j, "setup", point="prolog") for j in jobids])
     for jobid in jobids:
         set_urgency(handle, jobid, 16)

@@ -19,6 +19,7 @@ from jobs import (
     named,
     names,
     submit,
+    submit_many,
     wait_event,
     wait_inactive,
 )
@@ -47,7 +48,7 @@ def test_acknowledged_depend_holds_survive_sigkill(new_instance):
     handle, gate = inst.handle(), EpilogGate(inst.handle())
     begin = time.time() + BEGIN
     later = {"system.dependencies": [{"scheme": "begin-time", "value": str(begin)}]}
-    jobids = [submit(handle, duration=0.1, **later) for _ in range(N)]
+    jobids = submit_many(handle, N, duration=0.1, **later)
     for jobid in jobids:
         wait_event(handle, jobid, "dependency-add")
     checkpoint(inst)

@@ -5,7 +5,7 @@ and its query counts the freezes and the frozen objects."""
 
 import time
 
-from jobs import query, submit
+from jobs import query, submit, submit_many
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import MAX_APPENDS
@@ -36,7 +36,7 @@ def test_a_ready_load_and_each_snapshot_freeze_the_gates_objects(new_instance):
     gate.list()  # answered once the load is ready
     ready = counters(inst)
     assert ready["gc_freezes"] >= 1 and ready["gc_frozen"] > 0
-    held = [submit(handle, urgency=0) for _ in range(HELD)]
+    held = submit_many(handle, HELD, urgency=0)
     for jobid in held:
         gate.hold(jobid, "bb")
     spare = submit(handle, urgency=0)

@@ -18,6 +18,7 @@ from jobs import (
     query,
     recorded,
     submit,
+    submit_many,
     wait_event,
     wait_inactive,
 )
@@ -35,7 +36,7 @@ def inst(new_instance):
 def test_pending_holds_registered_together_share_a_few_writes(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    jobids = [submit(handle, urgency=0) for _ in range(40)]
+    jobids = submit_many(handle, 40, urgency=0)
     before = query(inst)["counters"]["log_commits"]
     # Pipelined: all in flight at once.
     futures = [gate.hold_async(jobid, "bb", timeout=60) for jobid in jobids]
@@ -97,7 +98,7 @@ def test_requests_in_flight_when_the_plugin_is_removed_are_all_answered(
     inst.flux("jobtap", "load", plugin)
     handle = inst.handle()
     gate = EpilogGate(handle)
-    jobids = [submit(handle, urgency=0) for _ in range(200)]
+    jobids = submit_many(handle, 200, urgency=0)
     futures = [gate.hold_async(jobid, "bb") for jobid in jobids]
     # Right behind the holds on the same connection: it reaches the
     # job-manager while their records are still being committed.
@@ -134,7 +135,7 @@ def test_records_queued_when_the_plugin_is_removed_are_sent_at_once(
     inst.flux("jobtap", "load", plugin)
     handle = inst.handle()
     gate = EpilogGate(handle)
-    jobids = [submit(handle, urgency=0) for _ in range(200)]
+    jobids = submit_many(handle, 200, urgency=0)
     futures = [gate.hold_async(jobid, "bb") for jobid in jobids]
     handle.rpc("job-manager.jobtap", {"remove": "epilog-gate.so"}).get()
     taken = []

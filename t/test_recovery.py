@@ -19,6 +19,7 @@ from jobs import (
     get_raw,
     query,
     submit,
+    submit_many,
     wait_event,
     wait_inactive,
 )
@@ -231,7 +232,7 @@ WINDOW_JOBS = 150
 
 def _held_at_point(handle, gate, count, description):
     """``count`` jobs with an active hold ``description`` each."""
-    jobids = [submit(handle, urgency=0) for _ in range(count)]
+    jobids = submit_many(handle, count, urgency=0)
     for future in [gate.hold_async(jobid, description) for jobid in jobids]:
         future.get()
     for jobid in jobids:

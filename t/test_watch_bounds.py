@@ -16,7 +16,7 @@ import pytest
 from conftest import discard
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from jobs import query, submit, wait_event
+from jobs import query, submit, submit_many, wait_event
 from watchload import run, wait_watchers
 
 from flux_epilog_gate import EpilogGate
@@ -84,7 +84,7 @@ def test_stopped_watchers_are_ended_and_the_broker_stays_small(new_instance):
 
 def activate(handle, gate, count, description="raw"):
     """``count`` jobs, each with one hold that becomes active."""
-    ids = [submit(handle, urgency=0) for _ in range(count)]
+    ids = submit_many(handle, count, urgency=0)
     for jobid in ids:
         gate.hold(jobid, description)
         flux.job.cancel(handle, jobid)

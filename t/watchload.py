@@ -16,7 +16,7 @@ import threading
 import time
 
 import flux
-from jobs import query, submit
+from jobs import query, submit_many
 
 from flux_epilog_gate import EpilogGate
 
@@ -72,7 +72,7 @@ def held_jobs(handle, jobs, holds):
     """``jobs`` jobs that cannot start, each with ``holds`` pending holds
     (descriptions ``load``, ``load-1``, ...), all requests pipelined."""
     gate = EpilogGate(handle)
-    ids = [submit(handle, urgency=0) for _ in range(jobs)]
+    ids = submit_many(handle, jobs, urgency=0)
     futures = [
         gate.hold_async(jobid, "load" if n == 0 else f"load-{n}")
         for jobid in ids
