@@ -11,8 +11,7 @@ import subprocess
 import sys
 
 import flux.job
-from flux.job import JobspecV1
-from jobs import submit, wait_inactive
+from jobs import submit, submit_many, wait_inactive
 
 #: Jobs held, then cancelled and released with interleaved futures.
 JOBS = 300
@@ -23,10 +22,7 @@ def open_descriptors():
 
 
 def held_jobs(handle, gate, count):
-    # Submitted all at once: one at a time, 300 take seconds.
-    spec = JobspecV1.from_command(["true"])
-    submits = [flux.job.submit_async(handle, spec, urgency=0) for _ in range(count)]
-    jobs = [future.get_id() for future in submits]
+    jobs = submit_many(handle, count, urgency=0)
     for answer in gate.wait_all(gate.hold_async(j, "bb") for j in jobs):
         assert answer["state"] == "pending"
     return jobs
