@@ -48,11 +48,11 @@ class Gate:
 
     def __init__(self, port, config=None):
         #: What every part reads, replaced here alone (attach, reconfigure,
-        #: a shutdown under way).
+        #: a shutdown under way, the plugin's hooks).
         self.context = context = Context(port, config or Config())
         self.stats = Counters()
         self.jobs = jobs = JobTable(context)
-        self.holdlog = holdlog = HoldLog(port, jobs)
+        self.holdlog = holdlog = HoldLog(context, jobs)
         self.timeouts = timeouts = Timeouts(context)
         #: Lost holds not yet delivered to a service, durable.
         self.lost_record = lost_record = LostRecord(context)
@@ -241,7 +241,7 @@ class Gate:
 
     def on_listeners_changed(self, changed):
         """Call ``changed()`` when a listener comes or goes (None: stop)."""
-        self.listeners.changed = changed
+        self.context.listeners_changed = changed
 
     def has_listeners(self):
         return bool(self.listeners)
@@ -274,13 +274,11 @@ class Gate:
     def on_snapshot(self, snapshotted):
         """Call ``snapshotted()`` after each snapshot of the hold log
         (None: stop)."""
-        self.holdlog.on_snapshot = snapshotted
+        self.context.on_snapshot = snapshotted
 
     def end_watches(self, end):
         """End every watch stream: ``end(sink)`` for each."""
-        streams, self.watchers.streams = self.watchers.streams, []
-        for watcher in streams:
-            end(watcher.sink)
+        self.watchers.end_all(end)
 
     # Requests
 
@@ -370,11 +368,11 @@ class Gate:
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
         self.context.port = port
-        self.holdlog.resume(port)
+        self.holdlog.resume()
         self.lost_record.resume()
 
     def reconfigure(self, config):
-        """Apply a new configuration to holds registered from now on."""
+        """Apply a new configuration to holds registered from now on
+        (and to the hold log's next snapshot, which reads it too)."""
         self.context.config = config
         self.jobs.gone.resize(config.gone_limit)
-        self.holdlog.chunk = config.snapshot_chunk
