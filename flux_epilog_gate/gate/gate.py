@@ -98,6 +98,7 @@ class Gate:
         )
         self._shutdown = None
         self._bind(requests, watchers, lifecycle, recovery, reload, listeners, jobs)
+        self._bind_parts(holdlog, lost_record)
 
     def _bind(self, requests, watchers, lifecycle, recovery, reload, listeners, jobs):
         """The entry points that are one object's method, as they are."""
@@ -136,9 +137,25 @@ class Gate:
         self.resume = reload.resume
         #: Call ``method(*args)`` of every listener (Listeners.tell).
         self.tell = listeners.tell
+        #: ``listener`` is told from now on (see :class:`Listeners`).
+        self.add_listener = listeners.append
+        #: True if some listener wants the events of job ``jobid`` now.
+        self.want_events = listeners.want_events
+        #: End every watch stream: ``end(sink)`` for each.
+        self.end_watches = watchers.end_all
         #: Every hold of every job, or None while some job's holds are
         #: still being recovered.
         self.holds = jobs.holds
+
+    def _bind_parts(self, holdlog, lost_record):
+        """The entry points of the hold log and the record of lost holds
+        that are one of their methods."""
+        #: A context in which the holds and releases made are recorded in
+        #: one batch of the hold log (HoldLog.together).
+        self.together = holdlog.together
+        #: The lost holds no service has taken yet (see
+        #: :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first.
+        self.lost_holds = lost_record.entries
 
     # What the plugins read
 
@@ -210,11 +227,6 @@ class Gate:
         that knows nothing of them.  Kept with the gate across reloads."""
         self.prolog.ends_aborted.add(description)
 
-    def lost_holds(self):
-        """The lost holds no service has taken yet (see
-        :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first."""
-        return self.lost_record.entries()
-
     def take_lost(self, jobid, description):
         """A service took the lost hold ``description`` of the job: it
         is forgotten."""
@@ -230,10 +242,6 @@ class Gate:
 
     # What the plugins hook
 
-    def add_listener(self, listener):
-        """``listener`` is told from now on (see :class:`Listeners`)."""
-        self.listeners.append(listener)
-
     def remove_listener(self, listener):
         """``listener`` is told no more (nothing if it was not told)."""
         if listener in self.listeners:
@@ -245,10 +253,6 @@ class Gate:
 
     def has_listeners(self):
         return bool(self.listeners)
-
-    def want_events(self, jobid):
-        """True if some listener wants the events of job ``jobid`` now."""
-        return self.listeners.want_events(jobid)
 
     def send_events(self, jobid):
         """Have the events of held job ``jobid`` sent to the gate from now
@@ -265,20 +269,10 @@ class Gate:
         if jobid in self.jobs and not self.listeners.want_events(jobid):
             self.context.port.untrack_events(jobid)
 
-    def together(self):
-        """A context in which the holds and releases made are recorded in
-        one batch of the hold log (see :meth:`HoldLog.together
-        <flux_epilog_gate.gate.holdlog.HoldLog.together>`)."""
-        return self.holdlog.together()
-
     def on_snapshot(self, snapshotted):
         """Call ``snapshotted()`` after each snapshot of the hold log
         (None: stop)."""
         self.context.on_snapshot = snapshotted
-
-    def end_watches(self, end):
-        """End every watch stream: ``end(sink)`` for each."""
-        self.watchers.end_all(end)
 
     # Requests
 
