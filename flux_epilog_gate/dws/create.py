@@ -52,16 +52,13 @@ class Create:
         self.service = service
         self.jobs = jobs
         self.payloads = payloads
-        # Bound once: called for every rabbit job.
-        self.holds = jobs.holds
-        self.log = jobtap.log
 
     def begin(self, jobid, args, inherited=False, known=None):
         """Hold a rabbit job in DEPEND and ask for its storage, unless that
         was done before this load.  ``args``: the job's callback's
         arguments (None: it is looked up); ``known``: its ``(state,
         userid)`` (from its callback)."""
-        holds = self.holds(jobid)
+        holds = self.jobs.holds(jobid)
         if CREATE in holds or self.gate.gone(jobid, CREATE):
             # Held (or held and released) by the gate before: the service
             # has the job's workflow.
@@ -79,7 +76,7 @@ class Create:
 
     def inherit(self, jobid, text, error):
         if error is None and created_before(text, self.jobtap.now()):
-            self.log(
+            self.jobtap.log(
                 syslog.LOG_INFO,
                 f"{f58(jobid)}: {CREATE} from before this load kept, not sent again",
             )
@@ -110,9 +107,9 @@ class Create:
                 )
             except GateError as exc:
                 if description != CREATE:
-                    self.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
+                    self.jobtap.log(syslog.LOG_ERR, f"{f58(jobid)}: {exc.message}")
                     continue
-                self.log(
+                self.jobtap.log(
                     syslog.LOG_ERR,
                     f"Failed to add dws jobtap dependency for {f58(jobid)}: "
                     f"{exc.message}",
@@ -130,7 +127,9 @@ class Create:
         service = self.service
         if service.create(jobid, service.NO_ARGS if args is None else args) < 0:
             unpacked = service.errno() != errno.EPROTO
-            self.log(syslog.LOG_ERR, f"Failed to send dws.create RPC for {f58(jobid)}")
+            self.jobtap.log(
+                syslog.LOG_ERR, f"Failed to send dws.create RPC for {f58(jobid)}"
+            )
             note = "Failed to send dws.create RPC"
             if not unpacked:
                 note = "jobtap plugin failed to unpack args"
@@ -181,7 +180,7 @@ class Create:
             self.jobtap.jobs.jobspec_update(jobid, update)
         except OSError as exc:
             errmsg = "could not update jobspec with new constraints and resources"
-            self.log(syslog.LOG_ERR, f"{f58(jobid)}: {errmsg}: {exc}")
+            self.jobtap.log(syslog.LOG_ERR, f"{f58(jobid)}: {errmsg}: {exc}")
             self.jobs.fail(jobid, "dws", "Internal error: failed to update jobspec")
             raise RequestError(exc.errno, errmsg) from None
         try:
@@ -190,7 +189,7 @@ class Create:
                 self.jobtap.jobs.dependency_remove(jobid, CREATE)
         except (OSError, GateError) as exc:
             errmsg = "Failed to remove dependency for job"
-            self.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
+            self.jobtap.log(syslog.LOG_ERR, f"{CREATE}: {errmsg} {f58(jobid)}: {exc}")
             raise RequestError(getattr(exc, "errno", errno.EIO), errmsg) from None
         request.respond(None)
 
@@ -207,7 +206,7 @@ class Create:
                 check_constraint(combined, "attributes.system.constraints")
         except (ConstraintError, Malformed, OSError, ValueError) as exc:
             errmsg = "Could not generate new constraints"
-            self.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
+            self.jobtap.log(syslog.LOG_ERR, f"{errmsg} for {f58(jobid)}: {exc}")
             self.jobs.fail(jobid, "dws", errmsg)
             raise RequestError(errno.EINVAL, f"{errmsg}: {exc}") from None
         return combined

@@ -39,10 +39,6 @@ class Epilog:
         self.epilog_timeout = timeout
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
-        # Bound once: called for every rabbit job.
-        self.holds = jobs.holds
-        self.release = jobs.release
-        self.log = jobtap.log
 
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
@@ -86,13 +82,13 @@ class Epilog:
         exception naming ``errstr``); True if it was held."""
         raised = False
         if not success:
-            self.log(
+            self.jobtap.log(
                 syslog.LOG_ERR,
                 f"Failed to clean up DWS workflow object for job {f58(jobid)}",
             )
             raised = self.jobs.fail(jobid, EPILOG, errstr)
         self.stop_timeout(jobid)
-        return self.release(jobid, EPILOG, 0 if success else 1, raised=raised)
+        return self.jobs.release(jobid, EPILOG, 0 if success else 1, raised=raised)
 
     def epilog_remove(self, request):
         """The job's storage is torn down: ``{id}``; let it go inactive."""
@@ -102,7 +98,7 @@ class Epilog:
         jobid = payload["id"]
         if self.jobs.state_of(jobid) != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
-        hold = self.holds(jobid).get(EPILOG)
+        hold = self.jobs.holds(jobid).get(EPILOG)
         if hold is None and not self.gate.gone(jobid, EPILOG):
             self.jobs.finish_foreign(
                 request.detach(), jobid, EPILOG, lambda: self._finish_foreign(jobid)
@@ -118,7 +114,7 @@ class Epilog:
         try:
             self.finish_epilog(jobid, True, None)
         except GateError as exc:
-            self.log(
+            self.jobtap.log(
                 syslog.LOG_ERR,
                 f"Failed to finish epilog {EPILOG} for job {f58(jobid)}: {exc}",
             )

@@ -40,7 +40,9 @@ class Jobs:
         self.jobtap = jobtap
         self.gate = gate
         self.service = service
-        self.log = jobtap.log
+
+    def log(self, level, text):
+        self.jobtap.log(level, text)
 
     def fail(self, jobid, type, errstr):
         """Raise a fatal exception of ``type`` on the job for a failed

@@ -34,13 +34,9 @@ class Listener:
     def __init__(self, jobtap, gate, jobs, prolog, epilog):
         self.jobtap = jobtap
         self.gate = gate
+        self.jobs = jobs
+        self.prolog = prolog
         self.epilog = epilog
-        # Bound once: called for every rabbit job.
-        self.active = jobs.active
-        self.release = jobs.release
-        self.is_rabbit = jobs.is_rabbit
-        self.start_setup = prolog.start_setup
-        self.start_epilog = epilog.start_epilog
 
     def activated(self, hold):
         """The gate made one of the job's holds active (a listener of the
@@ -48,31 +44,31 @@ class Listener:
         job's exceptions matter from now on (see :meth:`exception`): its
         events are asked for before anything can raise one."""
         if hold.description == SETUP and hold.point == PROLOG_POINT:
-            if self.is_rabbit(hold.id):
+            if self.jobs.is_rabbit(hold.id):
                 self.gate.send_events(hold.id)
-                self.start_setup(hold.id)
+                self.prolog.start_setup(hold.id)
         elif hold.description == EPILOG and hold.point == EPILOG_POINT:
-            if self.is_rabbit(hold.id):
+            if self.jobs.is_rabbit(hold.id):
                 self.gate.send_events(hold.id)
-                self.start_epilog(hold.id, hold.t_start)
+                self.epilog.start_epilog(hold.id, hold.t_start)
 
     def wants_events(self, jobid):
         """True while the job's exceptions would end its dws-setup or
         dws-epilog (a listener of the gate)."""
-        return self.active(jobid, SETUP) or self.active(jobid, EPILOG)
+        return self.jobs.active(jobid, SETUP) or self.jobs.active(jobid, EPILOG)
 
     def exception(self, jobid, context):
         """A job exception of a job the gate holds."""
         if context.get("severity") != 0:
             return
         raised = exception_of(context)
-        if self.active(jobid, SETUP):
-            self.release(jobid, SETUP, 1, raised=raised)
-        elif self.active(jobid, EPILOG):
+        if self.jobs.active(jobid, SETUP):
+            self.jobs.release(jobid, SETUP, 1, raised=raised)
+        elif self.jobs.active(jobid, EPILOG):
             if context.get("type") == EPILOG_TIMEOUT:
                 # Answered, but nothing waits for the answer.
                 self.jobtap.messages.rpc("dws.abort", {"jobid": jobid})
                 self.epilog.stop_timeout(jobid)
-                self.release(jobid, EPILOG, 1, raised=raised)
+                self.jobs.release(jobid, EPILOG, 1, raised=raised)
             else:
                 self.jobtap.messages.rpc("dws.teardown", {"jobid": jobid})

@@ -29,10 +29,6 @@ class Prolog:
         self.service = service
         self.jobs = jobs
         self.payloads = payloads
-        # Bound once: called for every rabbit job.
-        self.holds = jobs.holds
-        self.release = jobs.release
-        self.log = jobtap.log
 
     def start_setup(self, jobid):
         """Send ``dws.setup`` {jobid, R}, the job's R read from the KVS
@@ -52,7 +48,7 @@ class Prolog:
         """The exception this raises ends the prolog (see
         :meth:`.listener.Listener.exception`)."""
         if self.jobs.active(jobid, SETUP):
-            self.log(
+            self.jobtap.log(
                 syslog.LOG_ERR,
                 f"Failed to setup DWS workflow object for job {f58(jobid)}",
             )
@@ -62,11 +58,11 @@ class Prolog:
         """End the dws-setup of a job that will never start: status 1,
         and no exception of the gate's (the job has its fatal one)."""
         if self.jobs.active(jobid, SETUP):
-            self.log(
+            self.jobtap.log(
                 syslog.LOG_INFO,
                 f"{f58(jobid)}: {SETUP} ended: the job will never start",
             )
-            self.release(jobid, SETUP, 1, raised=True)
+            self.jobs.release(jobid, SETUP, 1, raised=True)
 
     def prolog_remove(self, request):
         """The job's storage is mounted: ``{id, variables}``; post its
@@ -76,14 +72,16 @@ class Prolog:
         changed); after, there is nothing left to end."""
         payload = self.payloads.payload_of(request, "prolog-remove", ("variables",))
         jobid = payload["id"]
-        hold = self.holds(jobid).get(SETUP)
+        hold = self.jobs.holds(jobid).get(SETUP)
         if hold is None and self.gate.gone(jobid, SETUP):
             # Ended already (a failed setup, a cancel): the service's
             # request crossed the end.
             request.respond(None)
             return
         if hold is None:
-            self.log(syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}")
+            self.jobtap.log(
+                syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}"
+            )
             self.finish_foreign(request.detach(), jobid, payload["variables"])
             return
         if hold.state != ACTIVE:
@@ -91,7 +89,7 @@ class Prolog:
                 errno.EINVAL, not_started(jobid, SETUP, "the job is not running yet")
             )
         self.post_environment(jobid, payload["variables"])
-        self.release(jobid, SETUP, 0)
+        self.jobs.release(jobid, SETUP, 0)
         if not hold.aborted:
             # Running (not aborted by its entry to CLEANUP): its events
             # matter again only once its dws-epilog is active.
