@@ -55,7 +55,7 @@ def test_the_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("package", ["gate", "plugin", "jobtap", "client"])
+@pytest.mark.parametrize("package", ["gate", "plugin", "jobtap", "client", "dws"])
 def test_no_import_cycle_among_a_packages_modules(package):
     directory = PACKAGE / package
     modules = {path.stem: path for path in directory.glob("*.py")}
