@@ -165,6 +165,11 @@ class Gate:
         return self.context.config
 
     @property
+    def log_refused(self):
+        """Why the hold log was refused (a newer format), or None."""
+        return self.holdlog.refused
+
+    @property
     def replayed_progress(self):
         """Progress events read from the eventlogs of recovered jobs, by id."""
         return self.jobs.replayed_progress
