@@ -77,8 +77,9 @@ demo: install
 
 # The test files run in parallel (pytest-xdist), each file on one worker
 # (its shared instances are made once); PYTEST_WORKERS=0 runs them in turn.
-# PYTEST_ARGS: more options, e.g. --durations=30.
-PYTEST_WORKERS ?= auto
+# Two workers a CPU: most of a test's time is spent waiting on its
+# instance, not computing.  PYTEST_ARGS: more options, e.g. --durations=30.
+PYTEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); echo $$((n * 2)))
 PYTEST_CHECK = $(BIN)/pytest t -m "not slow" -n $(PYTEST_WORKERS) --dist loadfile \
 	$(PYTEST_ARGS)
 
@@ -88,9 +89,16 @@ pytest: prereq-test install
 sharness: prereq-test install
 	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
 
+# sharness runs beside pytest (its output is printed once it is done);
+# check fails if either does.
+SHARNESS_LOG = $(VENV)/sharness.log
 check: prereq-test install
-	$(PYTEST_CHECK)
-	PATH="$(abspath $(BIN)):$$PATH" sharness/run-all
+	@PATH="$(abspath $(BIN)):$$PATH" sharness/run-all >$(SHARNESS_LOG) 2>&1 & \
+	sharness=$$!; \
+	echo '$(PYTEST_CHECK)'; $(PYTEST_CHECK); pytest=$$?; \
+	wait $$sharness; status=$$?; \
+	echo 'PATH="$(abspath $(BIN)):$$PATH" sharness/run-all'; cat $(SHARNESS_LOG); \
+	test $$pytest -eq 0 && test $$status -eq 0
 
 check-slow: prereq-test install
 	$(BIN)/pytest t -m slow $(PYTEST_ARGS)

@@ -15,7 +15,9 @@ from jobs import submit, wait_event
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.client import cli
+from flux_epilog_gate.client.exits import EXIT_USAGE
 from flux_epilog_gate.client.formatcheck import WIDTH_MAX
+from flux_epilog_gate.client.formats import HoldFormat
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
@@ -71,7 +73,7 @@ def run_list(capsys, fmt):
 )
 def test_a_bad_format_is_a_usage_error_naming_the_problem(inst, capsys, fmt, reason):
     status, out, err = run_list(capsys, fmt)
-    assert status == cli.EXIT_USAGE and reason in err, err
+    assert status == EXIT_USAGE and reason in err, err
     assert "Traceback" not in err
 
 
@@ -98,7 +100,7 @@ def test_a_wide_format_shows_every_hold(inst, capsys):
     assert sorted(line.strip() for line in lines[1:]) == ["scrub|", "stage-out|"]
 
 
-FIELDS = sorted(cli.HoldFormat.headings)
+FIELDS = sorted(HoldFormat.headings)
 CONVERSIONS = st.sampled_from(["", "!d", "!D", "!F", "!H", "!P", "!s", "!r", "!x"])
 NUMBERS = st.one_of(
     st.integers(0, 30),
@@ -152,7 +154,7 @@ def test_any_format_shows_the_holds_or_is_a_usage_error_with_a_reason(
         # at the format's own "\x85" and others).
         assert out.count("\n") <= 3
     else:
-        assert status == cli.EXIT_USAGE, (status, err)
+        assert status == EXIT_USAGE, (status, err)
         # argparse's "PROG list: error: REASON"
         reason = err.rsplit("error: ", 1)[-1].strip()
         assert reason, err

@@ -12,6 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from flux_epilog_gate.client import cli
+from flux_epilog_gate.client.formats import HoldFormat, HoldInfo, username
+from flux_epilog_gate.client.listing import print_lines
 from flux_epilog_gate.client.table import (
     DEFAULT_FORMAT,
     F58,
@@ -29,16 +31,16 @@ SAME_BY_OUTPUTFORMAT = DEFAULT_FORMAT.replace("{state:<7}", "{state:<7s}")
 
 def by_outputformat(holds, now, no_header, fmt=DEFAULT_FORMAT):
     out = io.StringIO()
-    items = [cli.HoldInfo(hold, now) for hold in holds]
+    items = [HoldInfo(hold, now) for hold in holds]
     with contextlib.redirect_stdout(out):
-        cli.HoldFormat(fmt).print_items(items, no_header=no_header)
+        HoldFormat(fmt).print_items(items, no_header=no_header)
     return out.getvalue()
 
 
 def directly(holds, now, no_header):
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        cli.print_lines(default_lines(columns_of(holds), now, cli.username, no_header))
+        print_lines(default_lines(columns_of(holds), now, username, no_header))
     return out.getvalue()
 
 
@@ -199,8 +201,8 @@ def test_f58_refuses_what_libflux_refuses():
 def fixed_now(monkeypatch, instance):
     """The command run here, against the session instance, at one time."""
     monkeypatch.setenv("FLUX_URI", instance.uri)
-    now = cli.time.time()
-    monkeypatch.setattr(cli.time, "time", lambda: now)
+    now = time.time()
+    monkeypatch.setattr(time, "time", lambda: now)
 
 
 def run_cli(capsys, *argv):

@@ -12,7 +12,7 @@ or come at the wrong time, on real instances with t/dws_service.py:
 
 import errno
 import json
-import time
+import signal
 
 import flux.job
 import pytest
@@ -20,7 +20,16 @@ from dwsfake import DW, SLOT, FakeDws, contexts, listed
 from flux.job import JobspecV1
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jobs import described, eventlog, named, names, submit, wait_event, wait_inactive
+from jobs import (
+    described,
+    eventlog,
+    named,
+    names,
+    submit,
+    wait_event,
+    wait_inactive,
+    wait_until,
+)
 
 from flux_epilog_gate.testing import Instance
 
@@ -227,24 +236,34 @@ def test_prolog_remove_before_the_prolog_is_refused_and_keeps_the_hold(
     assert names(events).index("prolog-finish") < names(events).index("start")
 
 
-def stubborn(h):
-    """A rabbit job whose process outlives its cancel by two seconds
-    (it ignores SIGTERM): the job is in CLEANUP short of its epilog point."""
-    spec = JobspecV1.from_command(["sh", "-c", "trap '' TERM; sleep 3"])
+def stubborn(h, ready):
+    """A rabbit job whose process ignores SIGTERM (it creates ``ready``
+    once it does) and outlives its cancel until it is killed: the job is
+    in CLEANUP short of its epilog point."""
+    script = f"trap '' TERM; touch {ready}; sleep 300"
+    spec = JobspecV1.from_command(["sh", "-c", script])
     for key, value in DW.items():
         spec.setattr(key, value)
     return flux.job.submit(h, spec)
 
 
+#: The job shell is killed a minute after a cancel, not job-exec's 5 s:
+#: the test decides when the job's process ends.
+SLOW_KILL = """
+[exec]
+kill-timeout = "60s"
+"""
+
+
 def test_epilog_remove_before_the_epilog_is_refused_and_keeps_the_hold(
-    rabbit_instance, dws
+    new_instance, dws_so, dws, tmp_path
 ):
-    inst = rabbit_instance()
+    inst = new_instance(cores=8, plugin=dws_so, config=SLOW_KILL)
     h = inst.handle()
     service = dws(inst)
-    jobid = stubborn(h)
-    wait_event(h, jobid, "start")
-    time.sleep(1)  # for the shell to ignore SIGTERM
+    ready = tmp_path / "ready"
+    jobid = stubborn(h, ready)
+    wait_until(ready.exists)
     flux.job.cancel(h, jobid)
     wait_event(h, jobid, "exception")
     events = eventlog(h, jobid)
@@ -254,6 +273,7 @@ def test_epilog_remove_before_the_epilog_is_refused_and_keeps_the_hold(
     assert "dws-epilog" in error.strerror and "not active" in error.strerror
     assert listed(inst, jobid)["dws-epilog"] == ("epilog", "pending")
     assert service.requests("dws.post_run") == []
+    flux.job.kill(h, jobid, signal.SIGKILL)
     wait_inactive(h, jobid)
     events = eventlog(h, jobid)
     assert names(events).index("finish") < names(events).index("epilog-start")

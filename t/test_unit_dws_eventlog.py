@@ -3,7 +3,7 @@ job over at a load or a restart (no instance needed)."""
 
 import json
 
-from flux_epilog_gate.dws.plugin import created_before, held_actions
+from flux_epilog_gate.dws.eventlog import created_before, held_actions
 
 
 def log(*entries):

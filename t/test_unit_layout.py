@@ -4,6 +4,7 @@ package's ``__init__.py`` only re-exports."""
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -55,7 +56,7 @@ def test_the_cycle_finder_finds_one():
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
-@pytest.mark.parametrize("package", ["gate", "plugin", "jobtap", "client"])
+@pytest.mark.parametrize("package", ["gate", "plugin", "jobtap", "client", "dws"])
 def test_no_import_cycle_among_a_packages_modules(package):
     directory = PACKAGE / package
     modules = {path.stem: path for path in directory.glob("*.py")}
@@ -91,3 +92,23 @@ def test_a_packages_init_only_reexports(init):
         )
     }
     assert kinds <= set(), f"{init}: {kinds}"
+
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+DESIGN = REPO / "doc" / "design.md"
+SOURCES = REPO / "flux_epilog_gate"
+
+
+@pytest.mark.parametrize(
+    "module",
+    sorted(
+        path
+        for path in [*SOURCES.rglob("*.py"), *SOURCES.rglob("*.c")]
+        if path.name != "__init__.py" and not path.name.startswith("_")
+    ),
+    ids=lambda p: str(p.relative_to(SOURCES)),
+)
+def test_design_names_every_module(module):
+    """doc/design.md's layout is where a newcomer looks for a module."""
+    named = re.compile(r"[`/]" + re.escape(module.name) + "`")
+    assert named.search(DESIGN.read_text()), f"{module} not in doc/design.md"

@@ -23,13 +23,19 @@ runs a reactor of its own (an epoll descriptor) that lives as long as its
 future, so thousands of live futures waited that way hold thousands of
 descriptors, and libflux's reactor can then abort the process.
 
-=============  ==========================================================
-``client``     :class:`EpilogGate`: the plugin's requests, sync and async
-``rpc``        :class:`GateRPC`: one RPC, and a request that got no answer
-``table``      the ``list`` answer as a table
-``arguments``  the command line's argument types
-``cli``        the ``flux epilog-gate`` command
-=============  ==========================================================
+===============  ==========================================================
+``client``       :class:`EpilogGate`: the plugin's requests, sync and async
+``rpc``          :class:`GateRPC`: one RPC, and a request that got no answer
+``cli``          the ``flux epilog-gate`` command: runs one, says its status
+``subcommands``  the command line's table of commands and their arguments
+``commands``     ``path``, ``load``, ``hold``, ``release``, ``snapshot``, ``watch``
+``listing``      the ``list`` command: holds fetched, filtered, printed
+``formats``      ``list``'s ``flux jobs``-style formats, named and checked
+``table``        the ``list`` answer as the default table
+``formatcheck``  a ``list`` format checked before it prints
+``arguments``    the command line's argument types
+``exits``        the command's name, logger and exit statuses
+===============  ==========================================================
 """
 
 from .client import EpilogGate

@@ -2,8 +2,9 @@
 
 
 class Context:
-    """The port the gate drives now, the configuration in force, and the
-    instance's shutdown once it is under way.
+    """The port the gate drives now, the configuration in force, the
+    instance's shutdown once it is under way, and the hooks of the plugin
+    that drives the gate.
 
     The gate makes one and hands it to each of its parts at construction;
     they read it, only the gate writes it: a reload (the next plugin
@@ -11,7 +12,7 @@ class Context:
     replaces what it holds here, in one place, for every part at once.
     """
 
-    __slots__ = ("port", "config", "shutdown")
+    __slots__ = ("port", "config", "shutdown", "on_snapshot", "listeners_changed")
 
     def __init__(self, port, config):
         #: The gate's port (:class:`~flux_epilog_gate.gate.port.Port`).
@@ -23,3 +24,12 @@ class Context:
         #: under way, else None: its hooks do nothing before, so the paths
         #: of every held job need not call them.
         self.shutdown = None
+        #: Called as ``on_snapshot()`` each time a snapshot has replaced
+        #: the hold log or a segment was made: the holds of that moment
+        #: have outlived a log's worth of records (the plugin's memory
+        #: policy); or None.
+        self.on_snapshot = None
+        #: Called with no argument when a listener comes or goes: the
+        #: plugin driving the gate has a held job's exceptions sent to it
+        #: only while some listener wants them; or None.
+        self.listeners_changed = None

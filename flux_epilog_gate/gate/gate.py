@@ -48,11 +48,11 @@ class Gate:
 
     def __init__(self, port, config=None):
         #: What every part reads, replaced here alone (attach, reconfigure,
-        #: a shutdown under way).
+        #: a shutdown under way, the plugin's hooks).
         self.context = context = Context(port, config or Config())
         self.stats = Counters()
         self.jobs = jobs = JobTable(context)
-        self.holdlog = holdlog = HoldLog(port, jobs)
+        self.holdlog = holdlog = HoldLog(context, jobs)
         self.timeouts = timeouts = Timeouts(context)
         #: Lost holds not yet delivered to a service, durable.
         self.lost_record = lost_record = LostRecord(context)
@@ -98,6 +98,7 @@ class Gate:
         )
         self._shutdown = None
         self._bind(requests, watchers, lifecycle, recovery, reload, listeners, jobs)
+        self._bind_parts(holdlog, lost_record)
 
     def _bind(self, requests, watchers, lifecycle, recovery, reload, listeners, jobs):
         """The entry points that are one object's method, as they are."""
@@ -136,9 +137,25 @@ class Gate:
         self.resume = reload.resume
         #: Call ``method(*args)`` of every listener (Listeners.tell).
         self.tell = listeners.tell
+        #: ``listener`` is told from now on (see :class:`Listeners`).
+        self.add_listener = listeners.append
+        #: True if some listener wants the events of job ``jobid`` now.
+        self.want_events = listeners.want_events
+        #: End every watch stream: ``end(sink)`` for each.
+        self.end_watches = watchers.end_all
         #: Every hold of every job, or None while some job's holds are
         #: still being recovered.
         self.holds = jobs.holds
+
+    def _bind_parts(self, holdlog, lost_record):
+        """The entry points of the hold log and the record of lost holds
+        that are one of their methods."""
+        #: A context in which the holds and releases made are recorded in
+        #: one batch of the hold log (HoldLog.together).
+        self.together = holdlog.together
+        #: The lost holds no service has taken yet (see
+        #: :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first.
+        self.lost_holds = lost_record.entries
 
     # What the plugins read
 
@@ -146,6 +163,11 @@ class Gate:
     def config(self):
         """The configuration in force."""
         return self.context.config
+
+    @property
+    def log_refused(self):
+        """Why the hold log was refused (a newer format), or None."""
+        return self.holdlog.refused
 
     @property
     def replayed_progress(self):
@@ -210,11 +232,6 @@ class Gate:
         that knows nothing of them.  Kept with the gate across reloads."""
         self.prolog.ends_aborted.add(description)
 
-    def lost_holds(self):
-        """The lost holds no service has taken yet (see
-        :mod:`~flux_epilog_gate.gate.lostrecord`), oldest first."""
-        return self.lost_record.entries()
-
     def take_lost(self, jobid, description):
         """A service took the lost hold ``description`` of the job: it
         is forgotten."""
@@ -230,10 +247,6 @@ class Gate:
 
     # What the plugins hook
 
-    def add_listener(self, listener):
-        """``listener`` is told from now on (see :class:`Listeners`)."""
-        self.listeners.append(listener)
-
     def remove_listener(self, listener):
         """``listener`` is told no more (nothing if it was not told)."""
         if listener in self.listeners:
@@ -241,14 +254,10 @@ class Gate:
 
     def on_listeners_changed(self, changed):
         """Call ``changed()`` when a listener comes or goes (None: stop)."""
-        self.listeners.changed = changed
+        self.context.listeners_changed = changed
 
     def has_listeners(self):
         return bool(self.listeners)
-
-    def want_events(self, jobid):
-        """True if some listener wants the events of job ``jobid`` now."""
-        return self.listeners.want_events(jobid)
 
     def send_events(self, jobid):
         """Have the events of held job ``jobid`` sent to the gate from now
@@ -265,22 +274,10 @@ class Gate:
         if jobid in self.jobs and not self.listeners.want_events(jobid):
             self.context.port.untrack_events(jobid)
 
-    def together(self):
-        """A context in which the holds and releases made are recorded in
-        one batch of the hold log (see :meth:`HoldLog.together
-        <flux_epilog_gate.gate.holdlog.HoldLog.together>`)."""
-        return self.holdlog.together()
-
     def on_snapshot(self, snapshotted):
         """Call ``snapshotted()`` after each snapshot of the hold log
         (None: stop)."""
-        self.holdlog.on_snapshot = snapshotted
-
-    def end_watches(self, end):
-        """End every watch stream: ``end(sink)`` for each."""
-        streams, self.watchers.streams = self.watchers.streams, []
-        for watcher in streams:
-            end(watcher.sink)
+        self.context.on_snapshot = snapshotted
 
     # Requests
 
@@ -370,11 +367,11 @@ class Gate:
     def attach(self, port):
         """Drive another port: the plugin was loaded again."""
         self.context.port = port
-        self.holdlog.resume(port)
+        self.holdlog.resume()
         self.lost_record.resume()
 
     def reconfigure(self, config):
-        """Apply a new configuration to holds registered from now on."""
+        """Apply a new configuration to holds registered from now on
+        (and to the hold log's next snapshot, which reads it too)."""
         self.context.config = config
         self.jobs.gone.resize(config.gone_limit)
-        self.holdlog.chunk = config.snapshot_chunk

@@ -54,7 +54,9 @@ class GroupCommit:
     ``in_flight``: None while no commit is in flight, empty while a
     lookup holds its place), whether commits are synced (``sync``) and
     the count of commits sent (``commits``).  Reaches the KVS through
-    ``port``; reports each append to ``compaction`` (a
+    the port of ``context`` (the gate's
+    :class:`~flux_epilog_gate.gate.context.Context`); reports each
+    append to ``compaction`` (a
     :class:`~flux_epilog_gate.gate.holdlog.Compaction`).
 
     The policy is given as three callables: ``route()`` sends the batch
@@ -64,8 +66,8 @@ class GroupCommit:
     queued (a snapshot).
     """
 
-    def __init__(self, port, compaction, route, repair, more):
-        self.port = port
+    def __init__(self, context, compaction, route, repair, more):
+        self.context = context
         self.compaction = compaction
         self.route = route
         self.repair = repair
@@ -86,6 +88,10 @@ class GroupCommit:
         self.gathering = 0
 
     # Records
+
+    def begin_with(self, text):
+        """The next batch begins with ``text`` (see :attr:`prefix`)."""
+        self.prefix = text
 
     @contextmanager
     def together(self):
@@ -156,7 +162,9 @@ class GroupCommit:
         self.compaction.appended(len(text))
         self.commits += 1
         try:
-            self.port.kvs_commit(KEY, text, True, self.committed, sync=self.sync)
+            self.context.port.kvs_commit(
+                KEY, text, True, self.committed, sync=self.sync
+            )
         except OSError as exc:
             self.committed(exc)
 
@@ -164,7 +172,7 @@ class GroupCommit:
         """Send ``text`` as :data:`KEY`'s whole value."""
         self.commits += 1
         try:
-            self.port.kvs_commit(KEY, text, False, callback, sync=self.sync)
+            self.context.port.kvs_commit(KEY, text, False, callback, sync=self.sync)
         except OSError as exc:
             self.committed(exc)
 
@@ -174,7 +182,7 @@ class GroupCommit:
         not :attr:`sync`."""
         self.commits += 1
         try:
-            self.port.kvs_commit_ops(
+            self.context.port.kvs_commit_ops(
                 ops, callback, sync=self.sync if sync is None else sync
             )
         except OSError as exc:
@@ -187,7 +195,7 @@ class GroupCommit:
         self.queued[:0], self.sent = self.sent, []
         self.waiters[:0], self.in_flight = self.in_flight, []
         try:
-            self.port.kvs_lookup_treeobj(key, then)
+            self.context.port.kvs_lookup_treeobj(key, then)
         except OSError as exc:
             then(None, exc)
 
@@ -210,7 +218,7 @@ class GroupCommit:
         if error.errno == errno.ENOSYS and self.sync:
             # No content backing store: nothing can be checkpointed.
             self.sync = False
-            self.port.log(
+            self.context.port.log(
                 syslog.LOG_ERR,
                 f"{KEY}: the KVS cannot sync ({error.strerror}): "
                 "holds are recorded without a checkpoint",
@@ -224,7 +232,7 @@ class GroupCommit:
     def _failed(self, error):
         waiters, self.in_flight = self.in_flight, None
         fresh = bool(self.queued)
-        self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {error}")
+        self.context.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {error}")
         # Written again with the next commit, or after RETRY_DELAY; not
         # sent now, so that a KVS that keeps failing is not retried in a
         # loop.
@@ -237,7 +245,7 @@ class GroupCommit:
         if fresh:
             self.kick()
         elif self.queued and self.retry_timer is None:
-            self.retry_timer = self.port.timer(RETRY_DELAY, self._retry)
+            self.retry_timer = self.context.port.timer(RETRY_DELAY, self._retry)
         self.answer(waiters or (), error)
 
     def _retry(self):
@@ -250,7 +258,9 @@ class GroupCommit:
             try:
                 callback(error)
             except Exception:  # noqa: BLE001 - one answer must not stop the rest
-                self.port.log(syslog.LOG_ERR, f"{KEY}: answering a request failed")
+                self.context.port.log(
+                    syslog.LOG_ERR, f"{KEY}: answering a request failed"
+                )
 
     # Unload
 
@@ -273,11 +283,13 @@ class GroupCommit:
         if records:
             self.compaction.appended(0)
             try:
-                self.port.kvs_commit(
+                self.context.port.kvs_commit(
                     KEY, "".join(records), True, lambda error: None, sync=self.sync
                 )
             except OSError as exc:
-                self.port.log(syslog.LOG_ERR, f"recording holds in {KEY}: {exc}")
+                self.context.port.log(
+                    syslog.LOG_ERR, f"recording holds in {KEY}: {exc}"
+                )
         self.queued, self.waiters, self.sent, self.in_flight = [], [], [], None
         return waiters, records
 
@@ -294,8 +306,8 @@ class Refusal:
     is answered, from a timer (as a commit would be), with an error
     saying ``why``."""
 
-    def __init__(self, port, why):
-        self.port = port
+    def __init__(self, context, why):
+        self.context = context
         self.error = OSError(errno.EPROTO, why)
         self.waiters = []
         self.timer = None
@@ -310,7 +322,7 @@ class Refusal:
         """``callback`` gets the error."""
         self.waiters.append(callback)
         if self.timer is None:
-            self.timer = self.port.timer(0.0, self._answer)
+            self.timer = self.context.port.timer(0.0, self._answer)
 
     def kick(self):
         """Nothing is sent."""
@@ -325,7 +337,9 @@ class Refusal:
             try:
                 callback(self.error)
             except Exception:  # noqa: BLE001 - one answer must not stop the rest
-                self.port.log(syslog.LOG_ERR, f"{KEY}: answering a request failed")
+                self.context.port.log(
+                    syslog.LOG_ERR, f"{KEY}: answering a request failed"
+                )
 
 
 def value_treeobj_error(treeobj):

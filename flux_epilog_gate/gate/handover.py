@@ -22,12 +22,13 @@ class Handover:
     Owns the records the previous plugin instance could not confirm
     (``unconfirmed``).  Calls the log's parts: ``commit`` (a
     :class:`~flux_epilog_gate.gate.groupcommit.GroupCommit`),
-    ``compaction``, ``segments`` and ``snapshots``; on a reload, points
-    each of them, and ``log``, at the next instance's port.
+    ``compaction``, ``segments`` and ``snapshots``; they, and this,
+    reach the port the gate drives now through ``context``, so a reload
+    has none of them to re-point.
     """
 
-    def __init__(self, log, commit, compaction, segments, snapshots):
-        self.log = log
+    def __init__(self, context, commit, compaction, segments, snapshots):
+        self.context = context
         self.commit = commit
         self.compaction = compaction
         self.segments = segments
@@ -44,10 +45,10 @@ class Handover:
         if unended:
             # An append would run into the value's last line (a blank
             # line is no entry).
-            self.commit.prefix = "\n"
+            self.commit.begin_with("\n")
         elif not size:
             # A log begun anew says its format.
-            self.commit.prefix = format_entry(*self.log.port.stamp())
+            self.commit.begin_with(format_entry(*self.context.port.stamp()))
         self.compaction.found(size, base, last)
         self.segments.found(last)
 
@@ -62,11 +63,9 @@ class Handover:
         self.commit.answer(waiters, NotConfirmed())
         self.snapshots.answer_asked(NotConfirmed())
 
-    def resume(self, port):
-        """The next plugin instance takes the log over: write again what
-        the previous one could not confirm (entries are idempotent on
-        replay)."""
-        for part in (self.log, self.commit, self.segments, self.snapshots):
-            part.port = port
+    def resume(self):
+        """The next plugin instance takes the log over (the gate's
+        context has its port already): write again what the previous one
+        could not confirm (entries are idempotent on replay)."""
         records, self.unconfirmed = self.unconfirmed, []
         self.commit.take_back(records)

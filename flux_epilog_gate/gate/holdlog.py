@@ -320,27 +320,25 @@ class HoldLog:
     them writes it.
     """
 
-    def __init__(self, port, jobs):
-        self.port = port
+    def __init__(self, context, jobs):
+        #: The gate's :class:`~flux_epilog_gate.gate.context.Context`: the
+        #: port the log is written through, the configuration (the bytes
+        #: of a snapshot's part) and the hook told of each snapshot.
+        self.context = context
         # Armed while release entries keep the log above its bound (see
         # _check_later).
         self.check_timer = None
         #: Every current hold, or None while some are being recovered.
         self.holds = jobs.holds
-        #: Called as ``on_snapshot()`` each time a snapshot has replaced
-        #: the log or a segment was made: the holds of that moment have
-        #: outlived a log's worth of records (the plugin's memory
-        #: policy); or None.
-        self.on_snapshot = None
         self.compaction = compaction = Compaction()
         self.commit = commit = GroupCommit(
-            port, compaction, self._route, self._repair, self._more
+            context, compaction, self._route, self._repair, self._more
         )
-        self.segments = segments = Segments(port, commit, compaction, self._tell)
+        self.segments = segments = Segments(context, commit, compaction, self._tell)
         self.snapshots = snapshots = SnapshotWriter(
-            port, jobs, commit, compaction, segments, self._tell
+            context, jobs, commit, compaction, segments, self._tell
         )
-        self.handover = Handover(self, commit, compaction, segments, snapshots)
+        self.handover = Handover(context, commit, compaction, segments, snapshots)
         #: Why the log is not written (see refuse), or None.
         self.refused = None
 
@@ -354,12 +352,12 @@ class HoldLog:
     def cancel(self, hold, callback=None):
         """Pending ``hold`` was released."""
         self.compaction.ended()
-        self.commit.add(cancel_entry(hold, *self.port.stamp()), callback)
+        self.commit.add(cancel_entry(hold, *self.context.port.stamp()), callback)
 
     def release(self, hold, status, callback=None, exception=None):
         """Active ``hold`` was released with ``status`` (and ``exception``,
         the job exception its releaser raised, see release_entry)."""
-        now, text = self.port.stamp()
+        now, text = self.context.port.stamp()
         line = release_entry(hold, status, now, text, exception)
         self.compaction.ended()
         self.snapshots.keep_release(now, line)
@@ -401,9 +399,9 @@ class HoldLog:
         left as it is.  Every record, barrier and snapshot is answered,
         soon, with an error saying ``why``; nothing is written."""
         self.refused = why
-        self.commit = Refusal(self.port, why)
+        self.commit = Refusal(self.context, why)
 
-    # What the gate reads and sets
+    # What the gate reads
 
     @property
     def size(self):
@@ -428,12 +426,9 @@ class HoldLog:
 
     @property
     def chunk(self):
-        """Bytes of a snapshot written in one commit."""
-        return self.snapshots.chunk
-
-    @chunk.setter
-    def chunk(self, nbytes):
-        self.snapshots.chunk = nbytes
+        """Bytes of a snapshot written in one commit (the configuration
+        in force says)."""
+        return self.snapshots.chunk()
 
     # The policy
 
@@ -479,7 +474,7 @@ class HoldLog:
         snapshots = self.snapshots
         if snapshots.wanted():
             return True
-        snapshots.forget_releases(self.port.now())
+        snapshots.forget_releases(self.context.port.now())
         compaction = self.compaction
         if compaction.holds is None:
             # After a load: its holds are counted once, when all known.
@@ -497,15 +492,15 @@ class HoldLog:
         again once the oldest has expired, should no record come by
         then (a log left idle shrinks too)."""
         oldest = self.snapshots.kept_releases[0][0]
-        delay = max(oldest + RELEASE_GRACE - self.port.now(), 0.0) + CHECK_SLACK
-        self.check_timer = self.port.timer(delay, self._check)
+        delay = max(oldest + RELEASE_GRACE - self.context.port.now(), 0.0) + CHECK_SLACK
+        self.check_timer = self.context.port.timer(delay, self._check)
 
     def _check(self):
         self.check_timer = None
         commit = self.commit
         if commit.in_flight is not None or commit.queued:
             # The next commit's routing looks (a commit is in flight).
-            self.check_timer = self.port.timer(RELEASE_GRACE, self._check)
+            self.check_timer = self.context.port.timer(RELEASE_GRACE, self._check)
             return
         # An empty batch: a snapshot, if one is due, else nothing sent.
         commit.take()
@@ -525,13 +520,14 @@ class HoldLog:
         return True
 
     def _tell(self):
-        """Call :attr:`on_snapshot`, if set."""
-        if self.on_snapshot is None:
+        """Call the context's ``on_snapshot``, if set."""
+        on_snapshot = self.context.on_snapshot
+        if on_snapshot is None:
             return
         try:
-            self.on_snapshot()
+            on_snapshot()
         except Exception as exc:  # noqa: BLE001 - the log's work is done
-            self.port.log(syslog.LOG_ERR, f"{KEY}: after a snapshot: {exc}")
+            self.context.port.log(syslog.LOG_ERR, f"{KEY}: after a snapshot: {exc}")
 
     # Plugin unload and load
 
@@ -551,11 +547,9 @@ class HoldLog:
         ``ragged``: its value does not end its last line)."""
         self.handover.found(size, base, last, ragged)
 
-    def resume(self, port):
-        """The next plugin instance takes the log over (see
-        :meth:`Handover.resume
+    def resume(self):
+        """The next plugin instance takes the log over, its port in the
+        context already (see :meth:`Handover.resume
         <flux_epilog_gate.gate.handover.Handover.resume>`)."""
-        if self.refused is not None:
-            self.port = self.commit.port = port
-            return
-        self.handover.resume(port)
+        if self.refused is None:
+            self.handover.resume()

@@ -12,7 +12,8 @@ class Listeners(list):
     ``inactive(id)`` (a held job is inactive) and ``wants_events(id)``
     (True while it would act on the job's exceptions: their events are
     then sent, see :meth:`~flux_epilog_gate.gate.Gate.send_events`).
-    Owns the list.  Calls the port's ``log``.  Called by the lifecycle
+    Owns the list.  Calls the port's ``log``, and the context's
+    ``listeners_changed`` hook when a listener comes or goes.  Called by the lifecycle
     (activations) and by the plugin (a job's exception and inactivity,
     the events it sends), through
     :meth:`~flux_epilog_gate.gate.Gate.tell`; listeners add and remove
@@ -22,10 +23,6 @@ class Listeners(list):
     def __init__(self, context):
         super().__init__()
         self.context = context
-        #: Called with no argument when a listener comes or goes: the
-        #: plugin driving the gate has a held job's exceptions sent to it
-        #: only while some listener wants them.
-        self.changed = None
 
     def append(self, listener):
         super().append(listener)
@@ -36,8 +33,10 @@ class Listeners(list):
         self._changed()
 
     def _changed(self):
-        if self.changed is not None:
-            self.changed()
+        """Call the context's ``listeners_changed``, if set."""
+        changed = self.context.listeners_changed
+        if changed is not None:
+            changed()
 
     def want_events(self, jobid):
         """True if some listener wants the events of job ``jobid`` (one

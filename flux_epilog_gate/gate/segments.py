@@ -71,11 +71,12 @@ class Segments:
     the last one), ``present`` (:data:`SEGMENTS` may hold some: the next
     snapshot removes it) and the lookup in progress.  Sends through
     ``commit`` (a :class:`~flux_epilog_gate.gate.groupcommit.GroupCommit`),
-    reports to ``compaction``; calls ``tell()`` once a segment is made.
+    reports to ``compaction``; calls ``tell()`` once a segment is made;
+    reaches the KVS through the port of ``context``.
     """
 
-    def __init__(self, port, commit, compaction, tell):
-        self.port = port
+    def __init__(self, context, commit, compaction, tell):
+        self.context = context
         self.commit = commit
         self.compaction = compaction
         self.tell = tell
@@ -108,7 +109,7 @@ class Segments:
             # snapshot replaces the log instead.
             self.compaction.key_kept()
             if error:
-                self.port.log(
+                self.context.port.log(
                     syslog.LOG_ERR,
                     f"{KEY}: making it a segment: {error}: "
                     "a snapshot replaces the log instead",

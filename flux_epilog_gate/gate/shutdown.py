@@ -99,6 +99,11 @@ class Shutdown:
             self.action, self.named = previous.action, previous.named
             self.from_config = previous.from_config
 
+    def configured(self, from_config):
+        """The plugin was configured: ``from_config`` if the instance
+        config loads it (see :func:`loaded_from_config`)."""
+        self.from_config = from_config
+
     @property
     def underway(self):
         """True once the broker has entered CLEANUP (or a later state):

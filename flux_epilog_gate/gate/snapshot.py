@@ -177,7 +177,7 @@ class SnapshotWriter:
     """Takes the snapshots of the log, whole or in parts.
 
     Owns the snapshot being written in parts (``in_parts``, a
-    :class:`Snapshot`, or None) and the bytes of a part (``chunk``); the
+    :class:`Snapshot`, or None); the
     release entries a snapshot keeps (``kept_releases``, as ``(timestamp,
     line)``); the snapshots asked for (``asked``: callbacks answered once
     one has replaced the log or was given up, ``answering``: those the
@@ -189,24 +189,31 @@ class SnapshotWriter:
     Reads the job records of ``jobs``; sends through ``commit`` (a
     :class:`~flux_epilog_gate.gate.groupcommit.GroupCommit`), reports
     to ``compaction``, tells ``segments`` when a snapshot removed them;
-    calls ``tell()`` each time a snapshot has replaced the log.
+    calls ``tell()`` each time a snapshot has replaced the log.  Reads
+    the port and the bytes of a part (``snapshot_chunk`` of the
+    configuration in force) from ``context``, the gate's
+    :class:`~flux_epilog_gate.gate.context.Context`.
     """
 
-    def __init__(self, port, jobs, commit, compaction, segments, tell):
-        self.port = port
+    def __init__(self, context, jobs, commit, compaction, segments, tell):
+        self.context = context
         self.jobs = jobs
         self.commit = commit
         self.compaction = compaction
         self.segments = segments
         self.tell = tell
         self.in_parts = None
-        self.chunk = CHUNK_BYTES
         self.kept_releases = deque()
         self.kept_bytes = 0
         self.asked = []
         self.answering = []
         self.replacing = False
         self.side_used = False
+
+    def chunk(self):
+        """Bytes of a snapshot written in one commit: as the
+        configuration in force says."""
+        return self.context.config.snapshot_chunk
 
     # What snapshots keep, and who waits for one
 
@@ -249,7 +256,7 @@ class SnapshotWriter:
             return False
         if error.errno not in NOT_A_VALUE or self.jobs.holds() is None:
             return False
-        self.port.log(
+        self.context.port.log(
             syslog.LOG_ERR,
             f"{KEY} is not a value ({error.strerror}): "
             "replacing it with a snapshot of the current holds",
@@ -264,11 +271,11 @@ class SnapshotWriter:
         key must be replaced at once), sent; else False, and either
         :attr:`in_parts` is set (its first part is next) or a job is
         being recovered (no snapshot now)."""
-        now, text = self.port.stamp()
+        now, text = self.context.port.stamp()
         self.forget_releases(now)
         releases = deque(line for _, line in self.kept_releases)
         snap = Snapshot(self.jobs, releases, format_entry(now, text))
-        limit = float("inf") if self.replacing else self.chunk
+        limit = float("inf") if self.replacing else self.chunk()
         try:
             lines = snap.take(limit)
         except Recovering:
@@ -342,11 +349,12 @@ class SnapshotWriter:
             self._send_swap(snap)
             return
         if snap.part is None:
-            if not snap.content_left() and snap.since_bytes <= self.chunk:
+            chunk = self.chunk()
+            if not snap.content_left() and snap.since_bytes <= chunk:
                 self._look_up_parts(snap)
                 return
             try:
-                snap.part = [("append", SIDE_KEY, "".join(snap.take(self.chunk)))]
+                snap.part = [("append", SIDE_KEY, "".join(snap.take(chunk)))]
             except Recovering:
                 self.abandon("a job is being recovered")
                 commit.append()
@@ -425,7 +433,7 @@ class SnapshotWriter:
     def abandon(self, why):
         """Give the snapshot in progress up: the log stays as it is."""
         self.stop()
-        self.port.log(syslog.LOG_ERR, f"{KEY}: snapshot given up: {why}")
+        self.context.port.log(syslog.LOG_ERR, f"{KEY}: snapshot given up: {why}")
         self.answer_asked(OSError(errno.EAGAIN, f"snapshot given up: {why}"))
 
     def recovering(self):

@@ -174,6 +174,12 @@ class Watchers:
         self.streams = [w for w in self.streams if not match(w.sink)]
         return before - len(self.streams)
 
+    def end_all(self, end):
+        """End every watch stream: ``end(sink)`` for each."""
+        streams, self.streams = self.streams, []
+        for watcher in streams:
+            end(watcher.sink)
+
     def acknowledge(self, match, count):
         """The client of the stream whose sink satisfies ``match(sink)``
         has read ``count`` activations of it: send what waited for room.

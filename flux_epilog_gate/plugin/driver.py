@@ -138,7 +138,7 @@ class GateDriver(Plugin):
         return {
             "version": __version__,
             "log_format": FORMAT,
-            "log_error": self.gate.holdlog.refused,
+            "log_error": self.gate.log_refused,
         }
 
     def instance_starting(self):

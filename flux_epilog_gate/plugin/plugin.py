@@ -82,7 +82,7 @@ class EpilogGatePlugin(GateDriver):
         else:
             self.gate.reconfigure(config)
             self.forward(new=self._load_timer is not None, depend=bool(config.rules))
-        self.shutdown.from_config = loaded_from_config(conf, self.name)
+        self.shutdown.configured(loaded_from_config(conf, self.name))
 
     def _despite(self, error, table):
         """The configuration to load with despite ``error``, while the

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from fakeport import FakePort  # noqa: E402
 
 from flux_epilog_gate.gate import SCHED, Gate, holdlog  # noqa: E402
+from flux_epilog_gate.gate.config import Config  # noqa: E402
 
 USER = 1000
 
@@ -69,8 +70,7 @@ def segments():
 def parts():
     """A snapshot written in parts, swapped in, then appended to."""
     port = FakePort()
-    gate = Gate(port)
-    gate.holdlog.chunk = 300
+    gate = Gate(port, Config(snapshot_chunk=300))
     for jobid in range(201, 241):
         port.add_job(jobid, SCHED, USER)
         gate.hold(jobid, "bb")

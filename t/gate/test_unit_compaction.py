@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY, hold_entry
 
 from .unitgate import USER, gate_holds, replayed
@@ -77,8 +78,7 @@ class CompactionMachine(RuleBasedStateMachine):
         for name, value in zip(LIMIT_NAMES, LIMITS):
             setattr(holdlog, name, value)
         self.port = FakePort()
-        self.gate = Gate(self.port)
-        self.gate.holdlog.chunk = CHUNK
+        self.gate = Gate(self.port, Config(snapshot_chunk=CHUNK))
         for jobid in JOBS:
             self.port.add_job(jobid, SCHED, USER)
         self.next = {jobid: 0 for jobid in JOBS}

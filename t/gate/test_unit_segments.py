@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from logstrategies import hold_logs
 
 from flux_epilog_gate.gate import SCHED, Gate, holdlog
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, segment_key
 
 from .unitgate import USER, gate_holds, load, replayed
@@ -93,7 +94,7 @@ def test_making_a_segment_tells_the_snapshot_hook(port, small):
     snapshot: the holds of that moment have outlived a key's appends."""
     gate = snapshotted(port, Gate(port))
     calls = []
-    gate.holdlog.on_snapshot = lambda: calls.append(gate.holdlog.segment)
+    gate.on_snapshot(lambda: calls.append(gate.holdlog.segment))
     churn(port, gate, holdlog.MAX_APPENDS + 1)
     assert calls == [1]
 
@@ -410,8 +411,7 @@ def test_a_snapshot_asked_for_goes_with_the_next_commit(port, small):
 def asked_in_parts(port):
     """A gate whose snapshot, asked for, is in parts (eight holds, parts
     of 200 bytes); commits wait for the test.  Its answers."""
-    gate = Gate(port)
-    gate.holdlog.chunk = 200
+    gate = Gate(port, Config(snapshot_chunk=200))
     for jobid in range(1, 9):
         hold(port, gate, jobid)
     port.defer_commits = True

@@ -404,7 +404,7 @@ def test_job_left_in_cleanup_gets_its_holds_active_as_the_broker_leaves(port):
 @pytest.mark.parametrize("from_config", [True, False])
 def test_job_left_running_is_named_with_what_the_restart_does(port, from_config):
     gate, shutdown = make(port)
-    shutdown.from_config = from_config
+    shutdown.configured(from_config)
     jobs(port, gate)
     shutdown.on_broker_state(BROKER_CLEANUP)
     shutdown.on_broker_state(BROKER_SHUTDOWN)

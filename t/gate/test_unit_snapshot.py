@@ -16,6 +16,7 @@ import pytest
 from fakeport import KVS, LOOKUP, OPS
 
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY, parse
 from flux_epilog_gate.gate.holds import RELEASE_EVENT
 
@@ -33,8 +34,7 @@ def logged(port):
 def big(port):
     """A gate with 40 pending holds (some 4 KB of log) whose next commit
     starts a snapshot in parts; commits wait for the test."""
-    gate = Gate(port)
-    gate.holdlog.chunk = CHUNK
+    gate = Gate(port, Config(snapshot_chunk=CHUNK))
     for jobid in range(1, 41):
         port.add_job(jobid, SCHED, USER)
         gate.hold(jobid, "bb")

@@ -10,6 +10,7 @@ import syslog
 import pytest
 
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
+from flux_epilog_gate.gate.config import Config
 
 from .unitgate import USER
 
@@ -32,7 +33,7 @@ def told(port):
     """A gate whose hold log records each call of its hook."""
     gate = Gate(port)
     calls = []
-    gate.holdlog.on_snapshot = lambda: calls.append(gate.holdlog.appends)
+    gate.on_snapshot(lambda: calls.append(gate.holdlog.appends))
     return gate, calls
 
 
@@ -57,7 +58,7 @@ def test_a_snapshot_in_one_commit_calls_the_hook_once_it_is_answered(port, told)
 
 def test_a_snapshot_in_parts_calls_the_hook_once_swapped_in(port, told):
     gate, calls = told
-    gate.holdlog.chunk = CHUNK
+    gate.reconfigure(Config(snapshot_chunk=CHUNK))
     for jobid in range(1, 41):
         hold(port, gate, jobid)
     gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
@@ -92,7 +93,7 @@ def test_a_failing_hook_is_logged_and_the_answers_still_go(port):
     def broken():
         raise RuntimeError("no")
 
-    gate.holdlog.on_snapshot = broken
+    gate.on_snapshot(broken)
     hold(port, gate, 1)
     gate.holdlog.compaction.appends = holdlog.MAX_APPENDS
     answers = []

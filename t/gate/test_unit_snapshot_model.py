@@ -22,6 +22,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, SCHED, Gate, holdlog
+from flux_epilog_gate.gate.config import Config
 from flux_epilog_gate.gate.holdlog import SEGMENTS, SIDE_KEY
 
 from .unitgate import gate_holds, replayed
@@ -45,9 +46,8 @@ class SnapshotMachine(RuleBasedStateMachine):
         self.limits = (holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS)
         holdlog.MAX_APPENDS, holdlog.SEGMENT_FLOOR, holdlog.MAX_SEGMENTS = LIMITS
         self.port = FakePort()
-        self.gate = Gate(self.port)
         # A part is an entry or two: snapshots of a few holds have parts.
-        self.gate.holdlog.chunk = 150
+        self.gate = Gate(self.port, Config(snapshot_chunk=150))
         #: Holds whose record was acknowledged: hold object -> key.
         self.acknowledged = {}
         #: Snapshots asked for (the snapshot request), and their answers.
