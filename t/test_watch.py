@@ -9,7 +9,15 @@ import time
 
 import flux.job
 import pytest
-from jobs import eventlog, names, query, submit, wait_event, wait_inactive
+from jobs import (
+    eventlog,
+    names,
+    query,
+    submit,
+    wait_event,
+    wait_inactive,
+    wait_until,
+)
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import MARKER
@@ -144,8 +152,10 @@ def test_watch_iterator_carries_on_across_plugin_reload(new_instance, plugin):
 
     thread = threading.Thread(target=consume, daemon=True)
     thread.start()
-    time.sleep(0.5)
+    wait_until(lambda: query(inst)["counters"]["watchers"] == 1)
     inst.flux("jobtap", "remove", "epilog-gate.so")
+    # Away a while: the iterator's stream is ended, and it must watch
+    # again until the plugin is back (it retries every half second).
     time.sleep(1.0)
     inst.flux("jobtap", "load", plugin)
     handle = inst.handle()
