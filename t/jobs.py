@@ -18,27 +18,28 @@ from flux_epilog_gate.testing import flux_command
 SIM = "system.exec.test.run_duration"
 
 
-def submit(handle, duration=None, urgency=None, **attrs):
-    """Submit a one-task job; with ``duration`` (seconds) its execution is
-    simulated; ``attrs`` are set as jobspec attributes."""
+def _spec(duration, attrs):
+    """A one-task jobspec (see :func:`submit`)."""
     spec = JobspecV1.from_command(["true"])
     if duration is not None:
         spec.setattr(SIM, f"{duration}s")
     for key, value in attrs.items():
         spec.setattr(key, value)
+    return spec
+
+
+def submit(handle, duration=None, urgency=None, **attrs):
+    """Submit a one-task job; with ``duration`` (seconds) its execution is
+    simulated; ``attrs`` are set as jobspec attributes."""
     kwargs = {} if urgency is None else {"urgency": urgency}
-    return flux.job.submit(handle, spec, **kwargs)
+    return flux.job.submit(handle, _spec(duration, attrs), **kwargs)
 
 
 def submit_many(handle, count, duration=None, urgency=None, **attrs):
     """Submit ``count`` jobs as :func:`submit` does, all at once (one at
     a time, each waits for its answer: tens of milliseconds); their ids,
     in order of submission."""
-    spec = JobspecV1.from_command(["true"])
-    if duration is not None:
-        spec.setattr(SIM, f"{duration}s")
-    for key, value in attrs.items():
-        spec.setattr(key, value)
+    spec = _spec(duration, attrs)
     kwargs = {} if urgency is None else {"urgency": urgency}
     futures = [flux.job.submit_async(handle, spec, **kwargs) for _ in range(count)]
     return [future.get_id() for future in futures]

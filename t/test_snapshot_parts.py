@@ -127,7 +127,9 @@ def test_a_snapshot_in_parts_is_the_log_and_a_restart_recovers_every_hold(inst):
 def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    jobids = submit_waiting(handle, HELD + 200)
+    # Late jobs enough for two snapshots by count: one by bytes may have
+    # just been written when they begin (each resets the count).
+    jobids = submit_waiting(handle, HELD + 1 + 2 * MAX_APPENDS + 50)
     held, spare, late = jobids[:HELD], jobids[HELD], jobids[HELD + 1 :]
     hold_all(gate, held)
     churn(gate, spare, MAX_APPENDS // 2)
