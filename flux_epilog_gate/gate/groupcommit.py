@@ -86,6 +86,12 @@ class GroupCommit:
         self.retry_timer = None
         # Inside together(): records wait for the end of the block.
         self.gathering = 0
+        #: False from a reload until a commit of this instance succeeds:
+        #: the previous instance's commits may still be on their way, and
+        #: a lookup meanwhile could read a value they will replace (the
+        #: KVS carries out one sender's commits in order, so an answered
+        #: one says the earlier ones are done).
+        self.settled = True
 
     # Records
 
@@ -209,6 +215,7 @@ class GroupCommit:
         """The commit in flight ended (``error`` None: it succeeded)."""
         if error is None:
             # A batch committed (every batch): nothing to repair or log.
+            self.settled = True
             waiters, self.in_flight = self.in_flight, None
             self.sent = []
             if self.queued or self.more():
@@ -296,6 +303,7 @@ class GroupCommit:
     def take_back(self, records):
         """The next plugin instance takes the log over: ``records`` go
         first in the next batch."""
+        self.settled = False
         self.queued[:0] = records
         self.kick()
 

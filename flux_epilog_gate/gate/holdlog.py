@@ -458,8 +458,10 @@ class HoldLog:
             return
         if snapshots.in_parts is not None:
             snapshots.send_part()
-        elif self.commit.sent and self.compaction.full():
-            # KEY is full, and _due() found no snapshot due.
+        elif self.commit.sent and self.compaction.full() and self.commit.settled:
+            # KEY is full, and _due() found no snapshot due.  (Not before
+            # this instance's first commit after a reload: what the
+            # lookup read could be replaced by the previous one's.)
             self.segments.rotate()
         else:
             self.commit.append()

@@ -14,6 +14,7 @@ snapshot leaves the log alone equal to the gate's holds and no side key.
 """
 
 import errno
+import sys
 
 from fakeport import OPS
 from hypothesis import HealthCheck, event, settings
@@ -219,3 +220,40 @@ SnapshotMachine.TestCase.settings = settings(
     suppress_health_check=[HealthCheck.too_slow],
 )
 test_snapshots_in_parts = SnapshotMachine.TestCase
+
+
+def test_a_reload_while_the_swap_is_in_flight_loses_no_hold(monkeypatch):
+    """The previous instance's swap is still on its way when the next
+    one's first batch comes: that batch must not make the key it looks
+    up (the log before the swap) a segment, over the swapped log."""
+    # The machine's steps, called here rather than by hypothesis.
+    monkeypatch.setattr(sys.modules[__name__], "event", lambda text: None)
+    machine = SnapshotMachine()
+    steps = [
+        ("hold", {"jobid": 1, "description": "a"}),
+        ("ask_snapshot", {}),
+        ("answer_lookup", {"fail": None}),
+        ("hold", {"jobid": 2, "description": "a"}),
+        ("answer_commit", {"fail": None}),
+        ("release", {"jobid": 1, "description": "a", "status": 0}),
+        ("release", {"jobid": 1, "description": "a", "status": 0}),
+        ("answer_several", {"steps": 6}),
+        # The snapshot's swap is sent, not answered, when the plugin goes.
+        ("hold", {"jobid": 1, "description": "a"}),
+        ("reload", {}),
+        # A lookup the next instance sent, if any, is answered before
+        # the swap is carried out.
+        ("answer_lookup_if_any", {}),
+        ("answer_several", {"steps": 3}),
+    ]
+    try:
+        for name, args in steps:
+            if name == "answer_lookup_if_any":
+                if machine.port.pending_lookups:
+                    machine.answer_lookup(None)
+            else:
+                getattr(machine, name)(**args)
+            machine.the_log_and_what_is_not_durable_yet_are_the_holds()
+            machine.every_acknowledged_hold_is_in_the_log()
+    finally:
+        machine.teardown()
