@@ -194,16 +194,6 @@ class RabbitJobManager(FakeJobManager):
             job.R = {"version": 1, "execution": {"R_lite": [], "nodelist": []}}
         FakeJobManager._update(job, entry)
 
-    def _process(self, job, entry):
-        old = job.state
-        job.eventlog.append(entry)
-        self.batch.append((job.id, entry))
-        job.posted.add(entry[1])
-        self._update(job, entry)
-        self.observer.event(job, entry, old)
-        self._callbacks(job, entry, old)
-        self._action(job)
-
     def _callbacks(self, job, entry, old):
         port = self.port
         if port is None:

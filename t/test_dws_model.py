@@ -497,6 +497,15 @@ def model():
     machine.teardown()
 
 
+#: A created job's storage set up, its run started and ended.
+RUN_THROUGH = (
+    ("answer", 0, True),
+    ("service_sends", 0),
+    ("progress", 0, "exec_start"),
+    ("progress", 0, "exec_end"),
+)
+
+
 def _steps(model, *steps):
     for name, *args in steps:
         getattr(model, name)(*args)
@@ -523,10 +532,7 @@ def test_a_deep_jobspec_goes_through_every_step(model):
     _running(model, deep=True)
     _steps(
         model,
-        ("answer", 0, True),
-        ("service_sends", 0),
-        ("progress", 0, "exec_start"),
-        ("progress", 0, "exec_end"),
+        *RUN_THROUGH,
         ("settle",),
     )
     assert [topic for topic, _ in model.service.received] == [CREATE, SETUP, POST_RUN]
@@ -538,10 +544,7 @@ def test_a_crash_after_the_epilog_timeout_keeps_its_exception(model):
     _running(model)
     _steps(
         model,
-        ("answer", 0, True),
-        ("service_sends", 0),
-        ("progress", 0, "exec_start"),
-        ("progress", 0, "exec_end"),
+        *RUN_THROUGH,
         ("flush_events",),
         ("kvs_apply", True),
         ("advance", EPILOG_TIMEOUT + 1),

@@ -12,6 +12,7 @@ import pathlib
 import re
 
 import pytest
+from attrcalls import attributes_taken
 from dwsmodel import ServiceCalls
 
 import flux_epilog_gate.dws
@@ -122,19 +123,6 @@ def test_no_args_and_errno_are_the_ffis():
     assert ServiceCalls.NO_ARGS is None
 
 
-def _service_calls(tree):
-    """The names of attributes taken of a service: ``service.X``,
-    ``self.service.X``."""
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute):
-            continue
-        value = node.value
-        if (isinstance(value, ast.Name) and value.id == "service") or (
-            isinstance(value, ast.Attribute) and value.attr == "service"
-        ):
-            yield node.attr, node.lineno
-
-
 def test_the_workflow_calls_only_the_protocol():
     package = pathlib.Path(flux_epilog_gate.dws.__file__).parent
     allowed = set(MEMBERS) | {"NO_ARGS"}
@@ -143,7 +131,7 @@ def test_the_workflow_calls_only_the_protocol():
     for path in sorted(package.glob("*.py")):
         if path.name == "service.py":
             continue
-        for name, line in _service_calls(ast.parse(path.read_text())):
+        for name, line in attributes_taken(ast.parse(path.read_text()), "service"):
             seen.add(name)
             if name not in allowed:
                 outside.append(f"{path.name}:{line}: service.{name}")

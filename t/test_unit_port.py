@@ -8,6 +8,7 @@ import inspect
 import pathlib
 
 import pytest
+from attrcalls import attributes_taken
 from fakeport import FakePort
 
 import flux_epilog_gate.gate
@@ -127,25 +128,12 @@ def test_gateport_offers_the_gate_nothing_else():
     assert public - set(MEMBERS) - PLUGIN_SIDE == set()
 
 
-def _port_calls(tree):
-    """The names of attributes taken of a port: ``port.X``,
-    ``self.port.X``, ``self.context.port.X``."""
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.Attribute):
-            continue
-        value = node.value
-        if (isinstance(value, ast.Name) and value.id == "port") or (
-            isinstance(value, ast.Attribute) and value.attr == "port"
-        ):
-            yield node.attr, node.lineno
-
-
 def test_the_gate_calls_only_the_protocol():
     package = pathlib.Path(flux_epilog_gate.gate.__file__).parent
     outside = []
     for path in sorted(package.glob("*.py")):
         tree = ast.parse(path.read_text())
-        for name, line in _port_calls(tree):
+        for name, line in attributes_taken(tree, "port"):
             if name not in MEMBERS:
                 outside.append(f"{path.name}:{line}: port.{name}")
     assert outside == []
@@ -153,4 +141,8 @@ def test_the_gate_calls_only_the_protocol():
 
 def test_the_scan_sees_the_ports_of_the_gates_parts():
     tree = ast.parse("self.context.port.job_info(1)\nport.log(0, '')\nx.port.now()")
-    assert sorted(name for name, _ in _port_calls(tree)) == ["job_info", "log", "now"]
+    assert sorted(name for name, _ in attributes_taken(tree, "port")) == [
+        "job_info",
+        "log",
+        "now",
+    ]

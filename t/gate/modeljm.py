@@ -228,7 +228,7 @@ class FakeJobManager:
         job.posted.add(entry[1])
         self._update(job, entry)
         self.observer.event(job, entry, old)
-        self._callbacks(job, entry[1], old)
+        self._callbacks(job, entry, old)
         self._action(job)
 
     @staticmethod
@@ -265,10 +265,11 @@ class FakeJobManager:
             if job.state == CLEANUP:
                 _perilog(job, name)
 
-    def _callbacks(self, job, name, old):
+    def _callbacks(self, job, entry, old):
         port = self.port
         if port is None:
             return
+        name = entry[1]
         if name in ("finish", "free") and port.subscribed(job.id):
             port.driver.on_event(job.id, name, job.state)
         if job.state == old:
