@@ -64,6 +64,8 @@ def run_list(capsys, fmt):
         ("{id:>99999999999}", "a width or precision of 99999999999 is more than"),
         ("{description:.{id}}", "a field inside a spec is not supported"),
         ("{t_hold!d:%H::<20000}", "a width or precision of 20000 is more than"),
+        # Without "::" the header reads a date's spec as its width.
+        ("{active!d:2838024633}", "a width or precision of 2838024633 is more"),
         ("{description:d}", "cannot show a hold: Unknown format code 'd'"),
         ("{id!x}", "cannot show a hold"),
         ("{t_start:.2f}", "cannot show a hold"),

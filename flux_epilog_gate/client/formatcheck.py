@@ -30,13 +30,14 @@ FORMAT_ERRORS = (
 _NUMBER = re.compile(r"[0-9]+")
 
 
-def python_spec(spec, conv):
-    """The part of a field's spec that Python's ``format`` reads: with the
-    ``!d`` conversion (a date) what follows ``::`` (before it is strftime
-    text, whose digits are printed as they are), else all of it."""
+def python_spec(spec):
+    """The part of a field's spec that sets its width: what follows
+    ``::`` (a date's strftime text comes before it), else all of it.
+    flux's formatter reads a ``!d`` field's spec without ``::`` as a
+    width too, for its header."""
     if "::" in spec:
         return spec.split("::", 1)[1]
-    return "" if conv == "d" else spec
+    return spec
 
 
 def spec_problem(field, spec, conv):
@@ -46,7 +47,7 @@ def spec_problem(field, spec, conv):
     )
     if "{" in spec or "}" in spec:
         return f"{shown}: a field inside a spec is not supported"
-    for number in _NUMBER.findall(python_spec(spec, conv)):
+    for number in _NUMBER.findall(python_spec(spec)):
         if len(number) > len(str(WIDTH_MAX)) or int(number) > WIDTH_MAX:
             return (
                 f"{shown}: a width or precision of {number} is more than "
