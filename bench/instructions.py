@@ -28,10 +28,12 @@ clean; submission is part of what is counted, in every configuration.
 taken from DWS_JOBTAP_SO, or built alone from the flux-coral2 tree
 CORAL2_SRC (src/job-manager/plugins/dws-jobtap.c); with neither, that
 row is not measured, and the report says so.  ``dws-nolog`` is dws.so
-built here for the benchmark only with its hold log's commits taken out
-(each answered at once, nothing written or synced: a hold it takes
-would not survive a crash): ``dws - dws-nolog`` is what the durable
-record costs, the rest of ``dws - dws-jobtap`` is overhead.
+built here for the benchmark only with its hold log taken out (no
+record is made, each is answered at once as if it were durable:
+HoldLog.unrecorded; a hold it takes would not survive a crash):
+``dws - dws-nolog`` is what the durable record costs (the records made,
+their commits and the answers), the rest of ``dws - dws-jobtap`` is
+overhead.
 
 The ``durable`` workload is bench/durable.py's one-client mix under
 callgrind (configurations DURABLE): ``hold`` requests only, on jobs
@@ -182,9 +184,10 @@ def dws_jobtap_so(tmpdir, environ=os.environ):
 
 def build_dws_nolog(tmpdir):
     """dws.so as it is built for installing, but with
-    RUNTIME_BENCH_NO_RECORD (jobtap/runtime.c): no hold-log commit sent,
-    each answered at once.  Built into ``tmpdir``/dws-nolog, for the
-    benchmark only; it runs the interpreter and package of this one."""
+    RUNTIME_BENCH_NO_RECORD (jobtap/runtime.c): its gate makes no
+    hold-log record and sends no commit, each record answered at once.
+    Built into ``tmpdir``/dws-nolog, for the benchmark only; it runs the
+    interpreter and package of this one."""
     from flux_epilog_gate.jobtap.build import Extension, compile_plugin
     from flux_epilog_gate.plugin import cbuild
 

@@ -339,6 +339,8 @@ class Jobtap:
     objects below, its gate port a :class:`GatePort`."""
 
     plugin_name = "dws"
+    #: An installed build: its hold log is written.
+    bench_no_record = False
 
     def __init__(self, jm, jmid, service, options):
         self.jm = jm

@@ -363,6 +363,18 @@ class HoldLog:
         self.snapshots.keep_release(now, line)
         self.commit.add(line, callback)
 
+    def unrecorded(self):
+        """Make no record from now on: each callback is answered at once,
+        as if its record were durable.  Only the benchmark's build of a
+        plugin (``RUNTIME_BENCH_NO_RECORD``, bench/instructions.py's
+        ``dws-nolog``) asks for this, to measure apart what the durable
+        record costs (the records made, their commits and their answers);
+        an installed plugin never does."""
+        self.hold = self.cancel = _answered
+        self.release = lambda hold, status, callback=None, exception=None: _answered(
+            hold, callback
+        )
+
     def together(self):
         """A context in which the records made go out in one batch (see
         :meth:`GroupCommit.together
@@ -555,3 +567,9 @@ class HoldLog:
         <flux_epilog_gate.gate.handover.Handover.resume>`)."""
         if self.refused is None:
             self.handover.resume()
+
+
+def _answered(hold, callback=None):
+    """A record not made (:meth:`HoldLog.unrecorded`), answered at once."""
+    if callback is not None:
+        callback(None)

@@ -64,6 +64,9 @@ class Jobtap:
         self.ffi = ffi
         self.lib = lib
         self.topics = dict(topics or {})
+        #: True only in the benchmark's build of a plugin (runtime.c's
+        #: RUNTIME_BENCH_NO_RECORD): its commits are never sent.
+        self.bench_no_record = bool(lib.RUNTIME_BENCH_NO_RECORD)
         #: The plugin's name (set by the runtime).
         self.plugin_name = None
         #: True while the instance is being destroyed (set by the

@@ -774,7 +774,9 @@ static void runtime_commit_cb (flux_future_t *f, void *arg)
 /* A build for the benchmark only (bench/instructions.py's dws-nolog)
  * defines RUNTIME_BENCH_NO_RECORD: no commit is sent, each is answered
  * at once as if it succeeded, so that what a plugin's durable records
- * cost can be told from the rest.  Never in an installed plugin.
+ * cost can be told from the rest (the facade's bench_no_record tells
+ * Python, whose records are then not even made).  Never in an installed
+ * plugin.
  */
 #ifndef RUNTIME_BENCH_NO_RECORD
 #define RUNTIME_BENCH_NO_RECORD 0

@@ -219,6 +219,8 @@ class GateDriver(Plugin):
         self.load = load
         host.recovery_unfinished = False
         self.gate = host.gate = load.begin(config)
+        if self.jobtap.bench_no_record:
+            self.gate.holdlog.unrecorded()
         self._freeze_long_lived()
         self._follow_listeners()
         self._watch_shutdown()
