@@ -93,6 +93,27 @@ def test_done_is_called_when_the_batch_of_the_record_is_committed(port, gate):
     assert answers == [(1, None), (2, None), (3, None)]
 
 
+def test_an_unrecorded_log_answers_at_once_and_commits_nothing(port, gate):
+    """The benchmark's build (HoldLog.unrecorded): holds, the release of
+    an active one and of a pending one are answered at once, as if
+    durable, and the log is never written."""
+    port.defer_commits = True
+    gate.holdlog.unrecorded()
+    answers = []
+    port.add_job(JOB, SCHED, USER)
+    gate.hold(JOB, "bb", done=lambda hold, error: answers.append(("bb", error)))
+    gate.hold(JOB, "cc", done=lambda hold, error: answers.append(("cc", error)))
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB)
+    gate.release(JOB, "bb", done=lambda result, error: answers.append(result))
+    port.add_job(JOB + 1, SCHED, USER)
+    gate.hold(JOB + 1, "bb")
+    gate.release(JOB + 1, "bb", done=lambda result, error: answers.append(result))
+    assert answers == [("bb", None), ("cc", None), (True, None), (True, None)]
+    assert port.pending_commits == [] and port.commits == []
+    assert gate.holdlog.commits == 0 and KEY not in port.kvs
+
+
 def test_duplicate_hold_and_released_false_wait_for_what_is_queued(port, gate):
     port.defer_commits = True
     port.add_job(JOB, SCHED, USER)
