@@ -21,14 +21,19 @@ class Broker:
         self.jobtap = jobtap
         #: The streams of the broker's state in flight (their futures).
         self._streams = set()
+        #: Those of them no longer watched: they run on to their end (a
+        #: streaming request cannot be taken back), unheard.
+        self._unwatched = set()
 
     def close(self):
         """The plugin instance is gone: its streams end with it."""
         self._streams.clear()
+        self._unwatched.clear()
 
     def watch(self, final, callback):
         """Call ``callback(state)`` with the broker's state (a
-        broker_state_t), now and at each change up to ``final``."""
+        broker_state_t), now and at each change up to ``final``, until
+        :meth:`unwatch` of the stream returned."""
         jobtap = self.jobtap
         future = jobtap.flux.rpc(
             "state-machine.monitor",
@@ -42,13 +47,23 @@ class Broker:
                 state = future.get()["state"]
             except OSError as exc:
                 self._streams.discard(future)
-                if exc.errno != errno.ENODATA:
+                heard = future not in self._unwatched
+                self._unwatched.discard(future)
+                if heard and exc.errno != errno.ENODATA:
                     jobtap.log(syslog.LOG_ERR, f"watching the broker's state: {exc}")
                 return
             future.reset()
-            callback(state)
+            if future not in self._unwatched:
+                callback(state)
 
         future.then(jobtap.contained("broker state", done))
+        return future
+
+    def unwatch(self, stream):
+        """Call back no more with the states of ``stream`` (what
+        :meth:`watch` returned)."""
+        if stream in self._streams:
+            self._unwatched.add(stream)
 
     def restartable(self):
         """True if this instance starts again from its state after a

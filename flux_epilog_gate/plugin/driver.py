@@ -118,6 +118,8 @@ class GateDriver(Plugin):
         self.port = GatePort(jobtap)
         self.gate = None
         self.shutdown = None
+        #: The stream of the broker's states that self.shutdown follows.
+        self._broker_states = None
         #: The host of the job-manager's gate, once committed.
         self.host = None
         #: This instance's load (gate.loader.Load), while it drives.
@@ -273,7 +275,9 @@ class GateDriver(Plugin):
     def _watch_shutdown(self):
         self.shutdown = self.gate.watch_shutdown(self.port)
         # Last: the broker's state streams to the driver only.
-        self.jobtap.broker.watch(BROKER_SHUTDOWN, self.shutdown.on_broker_state)
+        self._broker_states = self.jobtap.broker.watch(
+            BROKER_SHUTDOWN, self.shutdown.on_broker_state
+        )
 
     def hand_over(self):
         """A plugin of a higher rank takes the gate over (it loads it
@@ -459,6 +463,10 @@ class GateDriver(Plugin):
         self.gate.end_watches(
             lambda sink: respond_error(sink, errno.ECONNRESET, UNLOADED)
         )
+        # A driver that hands the gate over (and stays loaded) must not
+        # follow the shutdown too: its successor does.
+        self.jobtap.broker.unwatch(self._broker_states)
+        self._broker_states = None
         self.shutdown.stop()
         self.shutdown = None
         self.gate.on_snapshot(None)
