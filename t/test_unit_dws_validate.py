@@ -77,7 +77,10 @@ COUNT = POSITIVE | count_objects()
 TYPES = st.sampled_from(["node", "socket", "core", "gpu", "ssd", "rabbit", "chassis"])
 OPTIONAL = st.fixed_dictionaries(
     {},
-    optional={"unit": st.text(max_size=4), "exclusive": st.booleans()},
+    optional={
+        "unit": st.text(st.characters(blacklist_characters="\0"), max_size=4),
+        "exclusive": st.booleans(),
+    },
 )
 
 
@@ -111,7 +114,7 @@ def resources(draw):
 
 
 PROPERTY = st.text(
-    st.characters(blacklist_characters="!&'\"`|()", blacklist_categories=["Cs"]),
+    st.characters(blacklist_characters="!&'\"`|()\0", blacklist_categories=["Cs"]),
     max_size=8,
 )
 HOSTLIST = st.sampled_from(["node0", "node[0-3]", "node[1,3]", "x[0-9]y[1-2]", ""])
