@@ -66,6 +66,11 @@ class Handover:
     def resume(self):
         """The next plugin instance takes the log over (the gate's
         context has its port already): write again what the previous one
-        could not confirm (entries are idempotent on replay)."""
+        could not confirm (entries are idempotent on replay).  While no
+        plugin was loaded another hand may have written the value, its
+        last line unended (``flux kvs put --append``): the next text
+        sent ends it first, as at a load (a blank line is no entry)."""
         records, self.unconfirmed = self.unconfirmed, []
+        if self.commit.prefix is None:
+            self.commit.begin_with("\n")
         self.commit.take_back(records)
