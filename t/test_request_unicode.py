@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 
-from flux_epilog_gate.dws.validate import Malformed, check_update
+from flux_epilog_gate.dws.validate import PROPERTY_RESERVED, Malformed, check_update
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
@@ -180,7 +180,11 @@ NUL_PLACES = {
 
 @BOUNDED
 @given(
-    text=st.text(st.characters(blacklist_characters="\0"), max_size=4),
+    # Text every place takes (a property's reserved characters are
+    # refused before any NUL is looked for).
+    text=st.text(
+        st.characters(blacklist_characters="\0" + PROPERTY_RESERVED), max_size=4
+    ),
     at=st.integers(0, 4),
     place=st.sampled_from(sorted(NUL_PLACES)),
 )
