@@ -17,8 +17,9 @@ from jobs import submit, wait_event
 
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.client import cli
-from flux_epilog_gate.client.arguments import STATES
+from flux_epilog_gate.client.arguments import STATES, Usage
 from flux_epilog_gate.client.exits import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from flux_epilog_gate.client.formats import SAMPLE_HOLD, HoldInfo, checked_format
 from flux_epilog_gate.gate.holds import description_error
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
@@ -249,3 +250,52 @@ def test_a_list_request_with_a_filter_is_eproto_naming_the_key(inst, key, value)
         inst.handle().rpc("job-manager.epilog-gate.list", {key: value}).get()
     assert info.value.errno == errno.EPROTO
     assert info.value.strerror == f"list: unknown key {key!r} in payload"
+
+
+# A valid format shows any timeout
+
+
+@pytest.mark.parametrize(
+    "fmt, shown",
+    [
+        ("{timeout!H}", "1.157e+303d"),
+        ("{timeout!H:>12h}", " 1.157e+303d"),
+        ("{timeout!F}", "1.157e+303d"),
+        ("{timeout!D}", "1e+308"),
+        ("{timeout!d}", "1e+308"),
+        ("{timeout!d:%b%d %T::>8}", "  1e+308"),
+        ("{timeout:.3g}", "1e+308"),
+    ],
+)
+def test_a_valid_format_shows_a_timeout_of_1e308(inst, capsys, fmt, shown):
+    """``{timeout!H}`` was a usage error: flux's ``!H`` makes a
+    timedelta of it, which holds 999999999 days at most."""
+    status, out, err = run(
+        capsys, "list", "-n", "--description", "huge", "-o", f"{fmt}|"
+    )
+    assert (status, err) == (EXIT_OK, "")
+    assert out == f"{shown}|\n"
+
+
+#: Finite timeouts greater than 0, as the gate accepts them.
+TIMEOUTS = st.floats(min_value=0, max_value=HUGE, exclude_min=True) | st.integers(
+    1, 2**63
+)
+#: Conversions of a number and specs a date or a duration may have.
+CONVERTED = st.builds(
+    lambda conv, spec: "{timeout" + conv + spec + "}",
+    st.sampled_from(["", "!d", "!D", "!F", "!H", "!P", "!s", "!r"]),
+    st.sampled_from(["", ":>20", ":<9h", ":%H", ":%b%d %T::>15h", ":.3g", ":^7+"]),
+)
+
+
+@given(CONVERTED, TIMEOUTS)
+@example("{timeout!H}", HUGE)
+@example("{timeout!d}", 1e18)  # past the platform's time_t: OSError
+def test_a_format_that_shows_the_sample_shows_any_timeout(fmt, timeout):
+    try:
+        formatter = checked_format(fmt)
+    except Usage:  # not a format of a number
+        return
+    hold = HoldInfo(dict(SAMPLE_HOLD, timeout=timeout), 3.0)
+    formatter.format(hold)  # raised OverflowError for !H of 1e308
