@@ -330,6 +330,8 @@ class HoldLog:
         self.check_timer = None
         #: Every current hold, or None while some are being recovered.
         self.holds = jobs.holds
+        #: True while some job's holds are being recovered.
+        self.jobs_recovering = jobs.recovering
         self.compaction = compaction = Compaction()
         self.commit = commit = GroupCommit(
             context, compaction, self._route, self._repair, self._more
@@ -527,7 +529,7 @@ class HoldLog:
         if snapshots.in_parts is not None or snapshots.asked:
             return True
         # A rewrite (see rewrite) waits for no record.
-        return self.compaction.forced and self.holds() is not None
+        return self.compaction.forced and not self.jobs_recovering()
 
     def _repair(self, error):
         """A commit failed: True if a snapshot is sent in its place."""
