@@ -19,6 +19,7 @@ from flux_epilog_gate.dws.validate import (
     MAX_DEPTH,
     Malformed,
     check_constraint,
+    check_no_nul,
     check_resources,
     check_update,
 )
@@ -77,7 +78,10 @@ COUNT = POSITIVE | count_objects()
 TYPES = st.sampled_from(["node", "socket", "core", "gpu", "ssd", "rabbit", "chassis"])
 OPTIONAL = st.fixed_dictionaries(
     {},
-    optional={"unit": st.text(max_size=4), "exclusive": st.booleans()},
+    optional={
+        "unit": st.text(st.characters(blacklist_characters="\0"), max_size=4),
+        "exclusive": st.booleans(),
+    },
 )
 
 
@@ -111,7 +115,7 @@ def resources(draw):
 
 
 PROPERTY = st.text(
-    st.characters(blacklist_characters="!&'\"`|()", blacklist_categories=["Cs"]),
+    st.characters(blacklist_characters="!&'\"`|()\0", blacklist_categories=["Cs"]),
     max_size=8,
 )
 HOSTLIST = st.sampled_from(["node0", "node[0-3]", "node[1,3]", "x[0-9]y[1-2]", ""])
@@ -425,3 +429,48 @@ def test_any_value_is_accepted_or_refused_and_what_is_accepted_is_readable(
         assert str(exc).startswith(("resources", "exclude")), str(exc)
         return
     scheduler_reads(res, exclude, denied_ok=True)
+
+
+#: Text of characters that make a NUL, its escape and look-alikes of it.
+NUL_TEXT = st.text(alphabet="a\0\\u0", max_size=4)
+
+
+def _has_nul(value):
+    if isinstance(value, str):
+        return "\0" in value
+    if isinstance(value, list):
+        return any(_has_nul(item) for item in value)
+    if isinstance(value, dict):
+        return any("\0" in key or _has_nul(item) for key, item in value.items())
+    return False
+
+
+@BOUNDED
+@given(
+    value=st.recursive(
+        st.none() | st.integers() | st.floats() | NUL_TEXT,
+        lambda children: st.lists(children, max_size=3)
+        | st.dictionaries(NUL_TEXT, children, max_size=3),
+        max_leaves=8,
+    )
+)
+def test_a_nul_anywhere_is_refused_and_nothing_else(value):
+    """A NUL in any string or key is refused, naming where; a value
+    without one (a backslash and "u0000" as text among them) passes."""
+    if _has_nul(value):
+        with pytest.raises(Malformed, match="NUL character"):
+            check_no_nul(value, "resources")
+    else:
+        check_no_nul(value, "resources")
+
+
+@pytest.mark.parametrize("leaf", ["\0", "ok"])
+def test_a_nul_nested_deeper_than_json_encodes_is_found(leaf):
+    value = leaf
+    for _ in range(5000):
+        value = [value]
+    if leaf == "ok":
+        check_no_nul(value, "exclude")
+    else:
+        with pytest.raises(Malformed, match="NUL character"):
+            check_no_nul(value, "exclude")

@@ -6,6 +6,7 @@ import argparse
 import json
 import math
 import pwd
+import re
 
 from flux.util import parse_fsd
 
@@ -61,24 +62,41 @@ def count(text):
 
 
 def words(text):
-    """A comma-separated list."""
-    return [word for word in text.split(",") if word]
+    """A comma-separated list, every word of it kept (an empty one too,
+    for its type to refuse: ``--state ''`` is no state)."""
+    return text.split(",")
+
+
+#: The largest user id: flux's are 32-bit.
+USERID_MAX = 2**32 - 1
+
+_USERID = re.compile(r"-?[0-9]+")
 
 
 def userids(text):
     """``--user``: names or ids, comma-separated, or ``all``."""
     if text == "all":
         return None
-    found = set()
-    for word in words(text):
-        if word.isdigit():
-            found.add(int(word))
-            continue
-        try:
-            found.add(pwd.getpwnam(word).pw_uid)
-        except KeyError:
-            raise argparse.ArgumentTypeError(f"unknown user {word!r}") from None
-    return found
+    return {_userid(word) for word in words(text)}
+
+
+def _userid(word):
+    if _USERID.fullmatch(word):
+        # Many digits are out of range before int() would read them.
+        digits = word.lstrip("-").lstrip("0")
+        value = int(word) if len(digits) <= len(str(USERID_MAX)) else None
+        if value is None or not 0 <= value <= USERID_MAX:
+            raise argparse.ArgumentTypeError(
+                f"user id {_shown(word, quoted=False)} is out of range "
+                f"(0 to {USERID_MAX})"
+            )
+        return value
+    if not word:
+        raise argparse.ArgumentTypeError("an empty user name")
+    try:
+        return pwd.getpwnam(word).pw_uid
+    except (KeyError, ValueError):  # ValueError: a NUL, half a surrogate pair
+        raise argparse.ArgumentTypeError(f"unknown user {_shown(word)}") from None
 
 
 def states(text):
@@ -86,9 +104,30 @@ def states(text):
     for state in chosen:
         if state not in STATES:
             raise argparse.ArgumentTypeError(
-                f"invalid state {state!r} (choose from {', '.join(STATES)})"
+                f"invalid state {_shown(state)} (choose from {', '.join(STATES)})"
             )
     return chosen
+
+
+def descriptions(text):
+    """``--description``: descriptions a hold can have, comma-separated."""
+    from ..gate.holds import description_error
+
+    chosen = words(text)
+    for description in chosen:
+        problem = description_error(description)
+        if problem:
+            raise argparse.ArgumentTypeError(problem)
+    return chosen
+
+
+def _shown(word, limit=40, quoted=True):
+    """``word`` as a message shows it: quoted (or not), cut short if
+    long."""
+    show = repr if quoted else str
+    if len(word) <= limit:
+        return show(word)
+    return show(word[:limit]) + f"... ({len(word)} characters)"
 
 
 def option(text):

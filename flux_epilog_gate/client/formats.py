@@ -6,7 +6,7 @@ default table is written directly, by :mod:`.table`."""
 import functools
 import pwd
 
-from flux.util import OutputFormat, UtilConfig
+from flux.util import OutputFormat, UtilConfig, UtilFormatter, fsd
 
 from . import formatcheck
 from .arguments import Usage, flux_jobid
@@ -40,8 +40,45 @@ def username(userid):
         return str(userid)
 
 
+class OutOfRange(str):
+    """A number a ``!D`` or ``!H`` conversion cannot make a date or a
+    ``timedelta`` of, as the text shown instead."""
+
+
+class DateOutOfRange(OutOfRange):
+    """As :class:`OutOfRange`, of a ``!d`` conversion: its spec is a
+    date's (strftime text, then ``::`` and the width)."""
+
+
+class HoldFormatter(UtilFormatter):
+    """flux's formatter, but a number past what a conversion takes is
+    shown, never a failure: a hold's timeout may be any finite number of
+    seconds (1e308), far more than ``!H``'s ``timedelta`` holds
+    (999999999 days) or a date's year 9999."""
+
+    def convert_field(self, value, conv):
+        try:
+            return super().convert_field(value, conv)
+        except (OverflowError, ValueError, OSError):
+            # OSError: a timestamp past the platform's time_t (EOVERFLOW).
+            if conv not in ("d", "D", "H") or not isinstance(value, (int, float)):
+                raise
+        if conv == "H":
+            return OutOfRange(fsd(value))  # as !F shows it: 1.157e+303d
+        # A date as its seconds since the epoch.
+        return (DateOutOfRange if conv == "d" else OutOfRange)(f"{value:g}")
+
+    def format_field(self, value, spec):
+        if isinstance(value, DateOutOfRange):
+            # The strftime text has no date to format: only the width.
+            spec = spec.split("::", 1)[1] if "::" in spec else ""
+        return super().format_field(value, spec)
+
+
 class HoldFormat(OutputFormat):
     """``flux jobs``-style formats of holds."""
+
+    formatter = HoldFormatter
 
     headings = {
         "id": "JOBID",

@@ -9,7 +9,15 @@ from flux.util import help_formatter
 
 from ..paths import PLUGINS
 from ..version import __version__
-from .arguments import count, jobid, option, states, timeout, userids, words
+from .arguments import (
+    count,
+    descriptions,
+    jobid,
+    option,
+    states,
+    timeout,
+    userids,
+)
 from .commands import (
     cmd_hold,
     cmd_load,
@@ -161,15 +169,16 @@ def parser():
         type=userids,
         default=None,
         metavar="USER,...",
-        help="only holds on jobs of these users (names or ids, or all)",
+        help="only holds on jobs of these users (names or ids from 0 to "
+        "4294967295, or all)",
     )
     p.add_argument(
         "--description",
         dest="descriptions",
-        type=words,
+        type=descriptions,
         default=[],
         metavar="DESCRIPTION,...",
-        help="only holds of these descriptions",
+        help="only holds of these descriptions (each 1-64 of [A-Za-z0-9._-])",
     )
     p.add_argument("--json", action="store_true", help="print a JSON array")
 

@@ -42,3 +42,16 @@ def epilog_timeout(options):
             f"{KEY}: {shown(value)} is infinite (leave it unset, or 0, for none)"
         )
     return float(seconds)
+
+
+#: Past this many seconds (some 30 years) a timeout is logged as "%g":
+#: as the C plugin's "%.3f", 1e308 would be 309 digits.
+FIXED_MAX = 1e9
+
+
+def shown_timeout(seconds):
+    """``seconds`` as the load's log line shows it: ``600.000s`` as the
+    C plugin writes it, ``1e+308s`` for a value of many digits."""
+    if abs(seconds) < FIXED_MAX:
+        return f"{seconds:.3f}s"
+    return f"{seconds:g}s"

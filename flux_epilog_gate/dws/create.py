@@ -170,6 +170,16 @@ class Create:
             job = None
         if job is None or job.get(STATE) != DEPEND:
             raise RequestError(errno.ENOENT, "job not found in depend state")
+        if CREATE not in self.jobs.holds(jobid) and self.gate.gone(jobid, CREATE):
+            # Its storage was placed already (the request sent again, or
+            # crossing the first; the job still in DEPEND for another
+            # dependency): a second update would join its constraints
+            # again, and there is no dws-create left to release.
+            raise RequestError(
+                errno.ENOENT,
+                f"{CREATE} of job {f58(jobid)} was released already: "
+                "its resources were updated",
+            )
         update = {"resources": payload["resources"]}
         if payload["exclude"] is not None:
             system = {key: job[path] for path, key in SYSTEM.items() if path in job}

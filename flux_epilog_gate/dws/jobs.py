@@ -4,17 +4,15 @@ Each phase of the workflow (:mod:`.create`, :mod:`.prolog`,
 :mod:`.epilog`, :mod:`.recovery`) asks the same few things of a job: its
 holds in the gate, its state, whether it is a rabbit job, and raises
 the same exceptions on it.  :class:`Jobs` is that, shared by them; it
-owns no state.
+owns no state but that of :mod:`.foreign`.
 """
 
-import errno
 import syslog
 
 from flux.job import JobID
 
 from ..gate.holds import ACTIVE
-from ..jobtap.plugin import RequestError
-from .eventlog import held_actions
+from .foreign import ForeignActions
 from .names import FAILED, SETUP
 
 
@@ -40,6 +38,8 @@ class Jobs:
         self.jobtap = jobtap
         self.gate = gate
         self.service = service
+        #: The foreign prologs and epilogs finished, each once.
+        self.foreign = ForeignActions(jobtap, not_started)
 
     def log(self, level, text):
         self.jobtap.log(level, text)
@@ -96,21 +96,9 @@ class Jobs:
         does not hold, if its eventlog shows it open (one another plugin,
         such as dws-jobtap.so, started), with ``finish()``, and answer
         ``request``; refuse it if none is open (``finish`` is then not
-        called).  ``finish`` raises RequestError or OSError if it
-        failed."""
-
-        def read(text, error):
-            if error is not None or description not in held_actions(text):
-                request.error(errno.EINVAL, not_started(jobid, description))
-                return
-            try:
-                finish()
-            except RequestError as exc:
-                request.error(exc.errnum, exc.message)
-                return
-            except OSError as exc:
-                request.error(exc.errno, f"could not finish {description}")
-                return
-            request.respond(None)
-
-        self.jobtap.kvs.read(f"{JobID(jobid).kvs}.eventlog", read)
+        called).  Once per action, whatever requests cross (see
+        :mod:`.foreign`).  ``finish`` raises RequestError or OSError if
+        it failed."""
+        self.foreign.finish(
+            request, jobid, description, finish, f"{JobID(jobid).kvs}.eventlog"
+        )

@@ -46,8 +46,9 @@ class Payloads:
         ``raise_on_job``, an exception on the job it names, if any)."""
         try:
             payload = request.payload
-        except ValueError:
-            payload = None
+        except ValueError as exc:
+            # Not JSON to flux-core either: no job can be read from it.
+            self.malformed(None, method, f"payload is not JSON: {exc}")
         jobid = payload.get("id") if isinstance(payload, dict) else None
         if not (type(jobid) is int and 0 <= jobid < 2**64):
             jobid = None

@@ -55,7 +55,7 @@ from ..gate.holds import ACTIVE
 from ..jobtap.plugin import Refused, RequestError, job_topic, plugin_topic
 from ..jobtap.plugin import request as rpc_method
 from ..plugin import GateDriver, after_recovery
-from .config import epilog_timeout
+from .config import epilog_timeout, shown_timeout
 from .create import DEPEND, Create
 from .epilog import Epilog
 from .jobs import Jobs
@@ -115,7 +115,7 @@ class Dws(GateDriver):
         timeout = self._timeout()
         if not self.jobtap.load_options_given():
             self.log(syslog.LOG_INFO, "failed to unpack config: No plugin conf set")
-        self.log(syslog.LOG_INFO, f"epilog timeout = {timeout:.3f}s")
+        self.log(syslog.LOG_INFO, f"epilog timeout = {shown_timeout(timeout)}")
         self.epilog_timeout = timeout
         # The gate dws.so loads (alone) has the defaults: epilog-gate's
         # configuration is epilog-gate.so's.

@@ -27,6 +27,7 @@ Nesting is bounded (:data:`MAX_DEPTH`), so that no value can exhaust the
 stack of the job-manager that checks it.
 """
 
+import json
 import re
 
 import flux.hostlist
@@ -87,8 +88,38 @@ def check_update(resources, exclude):
     """Check a resource-update's ``resources`` and ``exclude`` (None: no
     constraint to add); raise :class:`Malformed` naming the key."""
     check_resources(resources)
+    check_no_nul(resources, "resources")
     if exclude is not None:
         check_constraint(exclude, "exclude")
+        check_no_nul(exclude, "exclude")
+
+
+def check_no_nul(value, where):
+    """Refuse a NUL character in any string of ``value``, a key's too:
+    flux-core's readers of a jobspec (libjob, librlist) decode it
+    without JSON_ALLOW_NUL and would fail on it.  Walked without
+    recursion: keys left to their readers may nest as deep as JSON
+    does.  A NUL is written ``\\u0000`` by json: an update without one
+    (every update but a hostile one) is passed by that test alone, a
+    walk costing some 500 bytecodes."""
+    try:
+        if "\\u0000" not in json.dumps(value):
+            return
+    except RecursionError:
+        pass  # nested deeper than the encoder goes: walked
+    stack = [(value, where)]
+    while stack:
+        value, where = stack.pop()
+        if isinstance(value, str):
+            if "\0" in value:
+                raise Malformed(f"{where}: holds a NUL character")
+        elif isinstance(value, dict):
+            for key, item in value.items():
+                if "\0" in key:
+                    raise Malformed(f"{where}: a key holds a NUL character")
+                stack.append((item, f"{where}.{key}"))
+        elif isinstance(value, list):
+            stack.extend((item, f"{where}[{i}]") for i, item in enumerate(value))
 
 
 # Resources (RFC 14)

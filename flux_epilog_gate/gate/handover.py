@@ -8,7 +8,10 @@ request may have taken effect: send it again, it is idempotent), the
 queued records are sent in one last commit, after the records of the
 commit in flight again (should that one fail, no plugin instance would
 learn of it; a record read twice changes nothing), and a gate taken
-over by the next load writes every record that was not confirmed again.
+over by the next load writes every record that was not confirmed again,
+and then, once its jobs are retracked, the whole log from its holds (see
+:meth:`HoldLog.rewrite <flux_epilog_gate.gate.holdlog.HoldLog.rewrite>`:
+another hand may have unlinked or rewritten the key meanwhile).
 """
 
 from .groupcommit import NotConfirmed
@@ -66,6 +69,11 @@ class Handover:
     def resume(self):
         """The next plugin instance takes the log over (the gate's
         context has its port already): write again what the previous one
-        could not confirm (entries are idempotent on replay)."""
+        could not confirm (entries are idempotent on replay).  While no
+        plugin was loaded another hand may have written the value, its
+        last line unended (``flux kvs put --append``): the next text
+        sent ends it first, as at a load (a blank line is no entry)."""
         records, self.unconfirmed = self.unconfirmed, []
+        if self.commit.prefix is None:
+            self.commit.begin_with("\n")
         self.commit.take_back(records)

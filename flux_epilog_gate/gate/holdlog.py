@@ -330,6 +330,8 @@ class HoldLog:
         self.check_timer = None
         #: Every current hold, or None while some are being recovered.
         self.holds = jobs.holds
+        #: True while some job's holds are being recovered.
+        self.jobs_recovering = jobs.recovering
         self.compaction = compaction = Compaction()
         self.commit = commit = GroupCommit(
             context, compaction, self._route, self._repair, self._more
@@ -522,9 +524,12 @@ class HoldLog:
 
     def _more(self):
         """True if a commit is wanted with no record queued: a snapshot
-        in progress or asked for."""
+        in progress, asked for or forced (once the holds are known)."""
         snapshots = self.snapshots
-        return snapshots.in_parts is not None or bool(snapshots.asked)
+        if snapshots.in_parts is not None or snapshots.asked:
+            return True
+        # A rewrite (see rewrite) waits for no record.
+        return self.compaction.forced and not self.jobs_recovering()
 
     def _repair(self, error):
         """A commit failed: True if a snapshot is sent in its place."""
@@ -567,6 +572,25 @@ class HoldLog:
         <flux_epilog_gate.gate.handover.Handover.resume>`)."""
         if self.refused is None:
             self.handover.resume()
+
+    def rewrite(self):
+        """Write the whole log again from the gate's holds (a snapshot,
+        in parts if large), now or after the commit in flight.
+
+        A gate taken over by the next plugin instance knows every hold,
+        but the log may have lost some: while no plugin was loaded
+        another hand may have unlinked or rewritten the key.  Appending
+        to whatever is there would leave them to a snapshot that may
+        never come before a restart.  Until the snapshot has replaced
+        the log, each commit asks for it again (while a job's holds are
+        being recovered, the next one after)."""
+        if self.refused is not None:
+            return
+        self.compaction.snapshot_instead()
+        commit = self.commit
+        if commit.in_flight is None and not commit.gathering:
+            commit.take()
+            self._send()
 
 
 def _answered(hold, callback=None):

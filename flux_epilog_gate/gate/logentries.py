@@ -8,7 +8,7 @@ for what each means); the log's reader is
 import json
 from math import isfinite
 
-from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT
+from .holds import _VERBATIM, CANCEL_EVENT, EPILOG, HOLD_EVENT, RELEASE_EVENT, Point
 from .logparse import FORMAT, FORMAT_EVENT
 
 #: The KVS key of the log.
@@ -42,10 +42,11 @@ def hold_entry(hold):
                 f'{{"timestamp":{text}{_HOLD_CONTEXT}{jobid}'
                 f'{_DESCRIPTION}{description}"}}}}\n'
             )
-        if type(point) is str and _VERBATIM[point]:
+        point_text = _POINT_TEXT.get(point)
+        if point_text is not None:
             return (
                 f'{{"timestamp":{text}{_HOLD_CONTEXT}{jobid}'
-                f'{_DESCRIPTION}{description}{_POINT}{point}"}}}}\n'
+                f'{_DESCRIPTION}{description}{_POINT}{point_text}"}}}}\n'
             )
     context = {"id": jobid, "description": description}
     if hold.timeout is not None:
@@ -109,6 +110,11 @@ _RELEASE_CONTEXT = f',"name":"{RELEASE_EVENT}","context":{{"id":'
 _DESCRIPTION = ',"description":"'
 _STATUS = '","status":'
 _POINT = '","point":"'
+#: Each point's text in a hold's line.  A point is a member of Point, a
+#: str subclass: looked up here (a member hashes as its text), not tested
+#: for being a plain str, which sent every prolog and dependency hold's
+#: line through _line.
+_POINT_TEXT = {point: point.value for point in Point if _VERBATIM[point.value]}
 
 
 def _line(timestamp, name, context, stamp=None):

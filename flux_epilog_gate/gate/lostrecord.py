@@ -23,12 +23,18 @@ import syslog
 from collections import OrderedDict
 
 from ..jobid import f58
+from .holds import POINTS, description_error
 
 #: KVS key of the record.
 KEY = "epilog-gate.lost"
 
 #: Lost holds kept undelivered at most; past it the oldest goes.
 MAX_KEPT = 1000
+
+#: The keys of an entry (see :func:`entry_of`).
+ENTRY_KEYS = frozenset(
+    ("id", "description", "userid", "point", "ran", "lost", "reason")
+)
 
 #: Seconds before a record that failed to commit is written again.
 RETRY = 1.0
@@ -57,23 +63,37 @@ def parse(data):
         if not line.strip():
             continue
         try:
-            entry = json.loads(line)
+            entry = json.loads(line, parse_constant=_not_json)
             if not _is_entry(entry):
                 raise ValueError("not a lost hold")
-        except ValueError:
+        except (ValueError, RecursionError):
             bad.append(number)
             continue
         entries.append(entry)
     return entries, bad
 
 
+def _not_json(name):
+    """NaN and the infinities: Python reads them, JSON has none."""
+    raise ValueError(f"{name} is not JSON")
+
+
 def _is_entry(entry):
+    """True for a line as :func:`entry_of` writes it: the record is read
+    back (and sent to services, and its job torn down) only so, whoever
+    wrote the key."""
+    if not isinstance(entry, dict) or set(entry) != ENTRY_KEYS:
+        return False
+    jobid, userid = entry["id"], entry["userid"]
     return (
-        isinstance(entry, dict)
-        and type(entry.get("id")) is int
-        and isinstance(entry.get("description"), str)
-        and isinstance(entry.get("reason"), str)
-        and entry.get("lost") is True
+        type(jobid) is int
+        and 0 <= jobid < 2**64
+        and description_error(entry["description"]) is None
+        and (userid is None or (type(userid) is int and 0 <= userid < 2**32))
+        and entry["point"] in POINTS
+        and type(entry["ran"]) is bool
+        and isinstance(entry["reason"], str)
+        and entry["lost"] is True
     )
 
 

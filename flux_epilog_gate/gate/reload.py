@@ -65,7 +65,10 @@ class Reload:
 
     def resume(self, seen):
         """After a reload: jobs not ``seen`` went inactive meanwhile; the
-        others' timeouts carry on from when their holds became active."""
+        others' timeouts carry on from when their holds became active;
+        the hold log is written again whole from the holds that are left
+        (see :meth:`HoldLog.rewrite
+        <flux_epilog_gate.gate.holdlog.HoldLog.rewrite>`)."""
         for jobid in [jobid for jobid in self.jobs if jobid not in seen]:
             self.lifecycle.on_inactive(jobid)
         progress = self.jobs.replayed_progress
@@ -75,3 +78,4 @@ class Reload:
             for hold in job.holds.values():
                 if hold.state == ACTIVE:
                     self.lifecycle.arm(hold)
+        self.holdlog.rewrite()

@@ -38,6 +38,23 @@ def segment_key(n):
     return f"{SEGMENTS}.{n}.log"
 
 
+#: The most digits of a segment's number: a name longer is no segment
+#: (the gate numbers few, and Python converts no more than some 4,300
+#: digits to an integer).
+SEGMENT_DIGITS_MAX = 20
+
+
+def is_segment_name(name):
+    """True if ``name`` (in :data:`SEGMENTS`) is one the gate writes: a
+    number 1, 2, ... in ASCII digits, without leading zeros."""
+    return (
+        0 < len(name) <= SEGMENT_DIGITS_MAX
+        and name.isdecimal()
+        and name.isascii()
+        and name[0] != "0"
+    )
+
+
 def read_segments(port):
     """The segments of the log found in the KVS: ``(segments, left)``,
     ``segments`` those read, in order, as ``(n, bytes)``; ``left`` what
@@ -50,7 +67,7 @@ def read_segments(port):
         return [], []
     numbers, left = [], []
     for name in names:
-        if name.isdecimal() and name.isascii() and name[0] != "0":
+        if is_segment_name(name):
             numbers.append(int(name))
         else:
             why = "not a segment of the log (the gate writes no such name)"

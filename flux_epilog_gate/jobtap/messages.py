@@ -2,6 +2,33 @@
 its requests to other services."""
 
 import json
+import re
+
+#: A JSON escape of a UTF-16 surrogate: fine as half of a pair, but one
+#: alone is no character (see :func:`decode_json`).
+SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def decode_json(data):
+    """The JSON text ``data`` (bytes) decoded as flux-core decodes a
+    payload; ValueError if flux-core would refuse it.  Python's own
+    decoder is laxer than jansson: it reads bytes that are not UTF-8
+    (``surrogatepass``, a byte order mark) and an escaped surrogate
+    without its pair, and a string holding such a surrogate fails
+    later, when it is encoded for the job-manager (a note, an event, a
+    jobspec)."""
+    try:
+        value = json.loads(data.decode())
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+    if SURROGATE_ESCAPE.search(data):
+        try:
+            json.dumps(value, ensure_ascii=False).encode()
+        except UnicodeEncodeError as exc:
+            raise ValueError(
+                f"invalid Unicode: a lone surrogate {exc.object[exc.start]!r}"
+            ) from None
+    return value
 
 
 class Messages:
@@ -97,10 +124,7 @@ class Messages:
         ffi = self.jobtap.ffi
         if text == ffi.NULL:
             return None
-        try:
-            return json.loads(ffi.string(text))
-        except RecursionError:
-            raise ValueError("JSON nested too deeply") from None
+        return decode_json(ffi.string(text))
 
     # Other services
 

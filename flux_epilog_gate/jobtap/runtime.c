@@ -1147,14 +1147,17 @@ int runtime_want (flux_plugin_t *p, flux_jobid_t id, int i)
     return 0;
 }
 
-/* Post event 'name' with context 'context' (a JSON object, or NULL). */
+/* Post event 'name' with context 'context' (a JSON object, or NULL).
+ * A string of it may hold a NUL (\u0000), as in any payload flux-core
+ * decodes (JSON_ALLOW_NUL): a value a request carried posts as it came.
+ */
 int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
                         const char *context)
 {
     json_t *o = NULL;
     int rc;
 
-    if (context && !(o = json_loads (context, 0, NULL))) {
+    if (context && !(o = json_loads (context, JSON_ALLOW_NUL, NULL))) {
         errno = EINVAL;
         return -1;
     }
