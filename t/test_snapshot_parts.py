@@ -3,8 +3,12 @@
 
 The instances load the gate with ``snapshot-chunk`` at its minimum
 (1 KiB), so that a snapshot of some 1,500 holds is written in 150 parts
-to epilog-gate.holds-next before it is swapped in.  A snapshot is
-brought on by MAX_APPENDS commits (one request at a time).  Checked:
+to epilog-gate.holds-next before it is swapped in.  Each snapshot is
+asked for (the ``snapshot`` request): whether one comes by itself after
+MAX_APPENDS commits depends on how the holds before were batched (a
+log that took many small commits had its snapshots already, and its
+full key is made a segment), and that policy is the unit tests' (t/gate/
+test_unit_compaction.py, test_unit_snapshot.py).  Checked:
 the swapped log is every hold and a restart recovers them all; a SIGKILL
 in the middle loses no acknowledged hold and the part-written side key
 it leaves is replaced by the next snapshot; whatever is at the side key
@@ -12,7 +16,6 @@ beforehand (a directory here) is replaced and removed.
 """
 
 import json
-import time
 
 import flux.job
 import pytest
@@ -22,7 +25,7 @@ from flux.job import JobspecV1
 from jobs import GATE_SYNCS_ONLY, dmesg, query, replayed
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.gate.holdlog import KEY, MAX_APPENDS, SIDE_KEY, parse
+from flux_epilog_gate.gate.holdlog import KEY, SIDE_KEY, parse
 
 #: Held jobs: with a 1 KiB chunk, a snapshot of some 150 parts.
 HELD = 1500
@@ -101,17 +104,17 @@ def test_a_snapshot_in_parts_is_the_log_and_a_restart_recovers_every_hold(inst):
     jobids = submit_waiting(handle, HELD + 1)
     held, spare = jobids[:-1], jobids[-1]
     hold_all(gate, held)
+    churn(gate, spare, 2)
     before = query(inst)["counters"]["log_commits"]
-    churn(gate, spare, MAX_APPENDS + 2)
-    # The snapshot goes on by itself; wait until it is swapped in.
-    deadline = time.monotonic() + 120
-    while side_exists(handle) or log_treeobj(inst)["type"] != "valref":
-        assert time.monotonic() < deadline, "the snapshot never completed"
-        time.sleep(0.1)
+    # Answered once the snapshot is swapped in.
+    gate.snapshot()
+    assert not side_exists(handle)
     treeobj = log_treeobj(inst)
-    # Its parts are the log's blobs, each at most a chunk and an entry.
-    assert len(treeobj["data"]) > HELD * 100 // CHUNK // 2, treeobj
-    assert query(inst)["counters"]["log_commits"] - before > MAX_APPENDS + 50
+    # Its parts are the log's blobs, each at most a chunk and an entry,
+    # each a commit.
+    parts = len(treeobj["data"])
+    assert parts > HELD * 100 // CHUNK // 2, treeobj
+    assert query(inst)["counters"]["log_commits"] - before >= parts
     jobs, skipped = logged(inst)
     assert skipped == [] and set(held) <= set(jobs)
     # Only the holds: the churn's cancelled holds are gone.
@@ -127,14 +130,13 @@ def test_a_snapshot_in_parts_is_the_log_and_a_restart_recovers_every_hold(inst):
 def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
     handle = inst.handle()
     gate = EpilogGate(handle)
-    # Late jobs enough for two snapshots by count: one by bytes may have
-    # just been written when they begin (each resets the count).
-    jobids = submit_waiting(handle, HELD + 1 + 2 * MAX_APPENDS + 50)
+    jobids = submit_waiting(handle, HELD + 1 + 50)
     held, spare, late = jobids[:HELD], jobids[HELD], jobids[HELD + 1 :]
     hold_all(gate, held)
-    churn(gate, spare, MAX_APPENDS // 2)
-    # One hold at a time until a snapshot is being written, then a few
-    # more, each acknowledged while parts go on, and the broker is killed.
+    churn(gate, spare, 2)
+    # A snapshot of some 150 parts is asked for; holds one at a time,
+    # each acknowledged while its parts go on, then the broker is killed.
+    snapshot = gate.snapshot_async()
     acknowledged = []
     during = 0
     for jobid in late:
@@ -145,6 +147,7 @@ def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
             if during == 3:
                 break
     assert during == 3, "no snapshot in parts was seen"
+    assert not snapshot.is_ready()
     handle = restart(inst, "sigkill")
     gate = EpilogGate(handle)
 
@@ -156,11 +159,8 @@ def test_sigkill_in_the_middle_of_a_snapshot_loses_no_acknowledged_hold(inst):
     assert dmesg(inst, "skipped") == [] and dmesg(inst, "Traceback") == []
 
     # The next snapshot replaces the stale side key, and removes it.
-    churn(gate, spare, MAX_APPENDS + 2)
-    deadline = time.monotonic() + 120
-    while side_exists(handle):
-        assert time.monotonic() < deadline, "the snapshot never completed"
-        time.sleep(0.1)
+    gate.snapshot()
+    assert not side_exists(handle)
     jobs, skipped = logged(inst)
     assert skipped == [] and replayed(jobs) == holds
     assert listed(EpilogGate(restart(inst, "sigkill"))) == holds
@@ -173,13 +173,10 @@ def test_a_directory_at_the_side_key_is_replaced_and_removed(inst):
     jobids = submit_waiting(handle, HELD + 1)
     held, spare = jobids[:-1], jobids[-1]
     hold_all(gate, held)
-    churn(gate, spare, MAX_APPENDS + 2)
-    deadline = time.monotonic() + 120
-    while side_exists(handle) or log_treeobj(inst)["type"] != "valref":
-        assert time.monotonic() < deadline, "the snapshot never completed"
-        time.sleep(0.1)
+    churn(gate, spare, 2)
+    gate.snapshot()
     assert not side_exists(handle)
-    assert len(log_treeobj(inst)["data"]) > 10
+    assert len(log_treeobj(inst)["data"]) > HELD * 100 // CHUNK // 2
     jobs, skipped = logged(inst)
     assert skipped == [] and set(held) <= set(jobs)
     assert dmesg(inst, "snapshot given up") == []

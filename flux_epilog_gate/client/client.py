@@ -153,11 +153,15 @@ class EpilogGate:
             for future, result in zip(futures, results)
         ]
 
+    def snapshot_async(self):
+        """Start a snapshot (see :meth:`snapshot`); returns the future."""
+        return self._rpc("snapshot", {})
+
     def snapshot(self):
         """Replace the hold log with a snapshot of the current holds now,
         its segments too (the instance owner only); return ``{bytes}``,
         the log's size then."""
-        return self._rpc("snapshot", {}).get()
+        return self.snapshot_async().get()
 
     def list_async(self, jobid=None, service=None, columns=False):
         """Start a list (of ``service``, by default epilog-gate's); the
