@@ -2,8 +2,10 @@
 the instance's log, the gate's query and its hold log."""
 
 import json
+import os
 import subprocess
 import time
+from contextlib import contextmanager
 
 import flux.job
 from flux.eventlog import EventLogEvent
@@ -12,7 +14,8 @@ from flux.job import JobspecV1
 from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, parse, segment_key
 from flux_epilog_gate.gate.holds import HOLD_EVENT
-from flux_epilog_gate.testing import flux_command
+from flux_epilog_gate.paths import plugin_path
+from flux_epilog_gate.testing import Instance, flux_command
 
 #: Simulated execution: the job "runs" this long without any process.
 SIM = "system.exec.test.run_duration"
@@ -288,3 +291,28 @@ def held_in_cleanup(inst, *descriptions):
     flux.job.cancel(handle, jobid)
     wait_event(handle, jobid, "epilog-start")
     return jobid
+
+
+@contextmanager
+def cli_instance(*active):
+    """An instance whose gate holds ``stage-out`` on a pending job and,
+    on a job cancelled to its epilog point, the active holds ``active``
+    (``(description, timeout)`` pairs); the command run in this process
+    (``cli.main``) talks to it, through FLUX_URI, until the block ends."""
+    with Instance(cores=8, plugin=plugin_path()) as inst:
+        handle = inst.handle()
+        gate = EpilogGate(handle)
+        pending, held = submit(handle, urgency=0), submit(handle, urgency=0)
+        gate.hold(pending, "stage-out")
+        for description, timeout in active:
+            gate.hold(held, description, timeout=timeout)
+        flux.job.cancel(handle, held)
+        wait_event(handle, held, "epilog-start")
+        saved = os.environ.get("FLUX_URI")
+        os.environ["FLUX_URI"] = inst.uri
+        try:
+            yield inst
+        finally:
+            os.environ.pop("FLUX_URI")
+            if saved is not None:
+                os.environ["FLUX_URI"] = saved

@@ -9,20 +9,16 @@ import errno
 import json
 import os
 
-import flux.job
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from jobs import submit, wait_event
+from jobs import cli_instance
 
-from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.client import cli
 from flux_epilog_gate.client.arguments import STATES, Usage
 from flux_epilog_gate.client.exits import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from flux_epilog_gate.client.formats import SAMPLE_HOLD, HoldInfo, checked_format
 from flux_epilog_gate.gate.holds import description_error
-from flux_epilog_gate.paths import plugin_path
-from flux_epilog_gate.testing import Instance
 
 #: The largest user id (flux's are 32-bit).
 USERID_MAX = 2**32 - 1
@@ -39,21 +35,8 @@ def inst():
     """An instance whose gate holds ``stage-out`` (pending), ``scrub``
     and ``huge`` (active, the latter of timeout 1e308); the command run
     here talks to it."""
-    with Instance(cores=8, plugin=plugin_path()) as inst:
-        handle = inst.handle()
-        gate = EpilogGate(handle)
-        pending, active = submit(handle, urgency=0), submit(handle, urgency=0)
-        gate.hold(pending, "stage-out")
-        gate.hold(active, "scrub", timeout=600)
-        gate.hold(active, "huge", timeout=HUGE)
-        flux.job.cancel(handle, active)
-        wait_event(handle, active, "epilog-start")
-        saved = os.environ.get("FLUX_URI")
-        os.environ["FLUX_URI"] = inst.uri
+    with cli_instance(("scrub", 600), ("huge", HUGE)) as inst:
         yield inst
-        os.environ.pop("FLUX_URI")
-        if saved is not None:
-            os.environ["FLUX_URI"] = saved
 
 
 def run(capsys, *argv):

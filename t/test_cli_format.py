@@ -7,19 +7,15 @@ import os
 import subprocess
 import sys
 
-import flux.job
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from jobs import submit, wait_event
+from jobs import cli_instance
 
-from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.client import cli
 from flux_epilog_gate.client.exits import EXIT_USAGE
 from flux_epilog_gate.client.formatcheck import WIDTH_MAX
 from flux_epilog_gate.client.formats import HoldFormat
-from flux_epilog_gate.paths import plugin_path
-from flux_epilog_gate.testing import Instance
 
 CLI = [
     sys.executable,
@@ -32,20 +28,8 @@ CLI = [
 def inst():
     """An instance whose gate holds a pending and an active hold; the
     command run here talks to it."""
-    with Instance(cores=8, plugin=plugin_path()) as inst:
-        handle = inst.handle()
-        gate = EpilogGate(handle)
-        pending, active = submit(handle, urgency=0), submit(handle, urgency=0)
-        gate.hold(pending, "stage-out")
-        gate.hold(active, "scrub", timeout=600)
-        flux.job.cancel(handle, active)
-        wait_event(handle, active, "epilog-start")
-        saved = os.environ.get("FLUX_URI")
-        os.environ["FLUX_URI"] = inst.uri
+    with cli_instance(("scrub", 600)) as inst:
         yield inst
-        os.environ.pop("FLUX_URI")
-        if saved is not None:
-            os.environ["FLUX_URI"] = saved
 
 
 def run_list(capsys, fmt):
