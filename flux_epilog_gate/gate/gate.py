@@ -91,7 +91,7 @@ class Gate:
             context, jobs, holdlog, lifecycle, points, annotations, self.stats
         )
         self.recovery = recovery = Recovery(
-            context, jobs, lifecycle, watchers, losses, epilog, prolog, depend
+            context, jobs, holdlog, lifecycle, watchers, losses, epilog, prolog, depend
         )
         self.reload = reload = Reload(
             context, jobs, holdlog, timeouts, lifecycle, epilog, prolog, depend

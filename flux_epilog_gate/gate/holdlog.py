@@ -152,6 +152,10 @@ SEGMENT_FLOOR = 128 * 1024
 #: segments, rewritten on every append, holds a reference to each.
 MAX_SEGMENTS = 64
 
+#: Seconds between looks at the jobs being recovered while a snapshot
+#: waits for them (see HoldLog.recovered).
+RECOVERY_LOOK = 0.05
+
 #: Bytes of the log past which the next commit is a snapshot, if the log
 #: is twice what the snapshot would write, or more.
 MAX_BYTES = 256 * 1024
@@ -328,6 +332,9 @@ class HoldLog:
         # Armed while release entries keep the log above its bound (see
         # _check_later).
         self.check_timer = None
+        # Armed while a snapshot waits for jobs being recovered (see
+        # recovered).
+        self.look_timer = None
         #: Every current hold, or None while some are being recovered.
         self.holds = jobs.holds
         #: True while some job's holds are being recovered.
@@ -557,6 +564,9 @@ class HoldLog:
         if self.check_timer is not None:
             self.check_timer.stop()
             self.check_timer = None
+        if self.look_timer is not None:
+            self.look_timer.stop()
+            self.look_timer = None
         if self.refused is None:
             self.handover.suspend()
 
@@ -572,6 +582,25 @@ class HoldLog:
         <flux_epilog_gate.gate.handover.Handover.resume>`)."""
         if self.refused is None:
             self.handover.resume()
+
+    def recovered(self):
+        """A job's holds are known again.  A snapshot that waits for
+        every hold to be known (a rewrite after a reload, one forced at
+        load) goes out once they are, even if no record comes to carry
+        it: looked for a moment later, and again while some job is still
+        being recovered (a look reads every job: one per moment, however
+        many jobs end in it)."""
+        if self.compaction.forced and self.look_timer is None:
+            self.look_timer = self.context.port.timer(RECOVERY_LOOK, self._look)
+
+    def _look(self):
+        self.look_timer = None
+        if not self.compaction.forced:
+            return
+        if self.jobs_recovering():
+            self.recovered()
+            return
+        self.commit.kick()
 
     def rewrite(self):
         """Write the whole log again from the gate's holds (a snapshot,

@@ -46,10 +46,20 @@ class Recovery:
     """
 
     def __init__(
-        self, context, jobs, lifecycle, watchers, losses, epilog, prolog, depend
+        self,
+        context,
+        jobs,
+        holdlog,
+        lifecycle,
+        watchers,
+        losses,
+        epilog,
+        prolog,
+        depend,
     ):
         self.context = context
         self.jobs = jobs
+        self.holdlog = holdlog
         self.lifecycle = lifecycle
         self.watchers = watchers
         self.losses = losses
@@ -81,6 +91,13 @@ class Recovery:
         job = self.jobs.get(jobid)
         if job is None or not job.recovering:
             return
+        try:
+            self._end(job, events)
+        finally:
+            self.holdlog.recovered()
+
+    def _end(self, job, events):
+        jobid = job.id
         try:
             state, _ = self.context.port.job_info(jobid)
         except OSError:
@@ -127,6 +144,13 @@ class Recovery:
         if job is None or not job.recovering:
             return
         job.recovery.active = False
+        try:
+            self._abandon(job)
+        finally:
+            self.holdlog.recovered()
+
+    def _abandon(self, job):
+        jobid = job.id
         try:
             state, _ = self.context.port.job_info(jobid)
         except OSError:

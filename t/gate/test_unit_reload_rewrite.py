@@ -82,3 +82,28 @@ def test_a_rewrite_waits_for_a_job_being_recovered(port, gate):
     assert (key, append) == (KEY, False)
     assert replayed(port.kvs[KEY]) == {(JOB2, "kept"), (JOB3, "after")}
     assert not gate.holdlog.compaction.forced
+
+
+def test_a_rewrite_waiting_for_a_recovery_goes_out_when_it_ends_alone(port, gate):
+    """No record follows the end of the recovery: the rewrite goes out
+    by itself a moment later (a crash could not wait for the next)."""
+    held_job(port, gate, "kept", jobid=JOB2)
+    port.add_job(JOB, CLEANUP, USER)
+    gate.begin_recovery(JOB, USER)
+    port.add_job(JOB3, SCHED, USER)
+    gate.begin_recovery(JOB3, USER)
+    del port.kvs[KEY]
+    reload(port, gate, {JOB: CLEANUP, JOB2: SCHED, JOB3: SCHED})
+    gate.end_recovery(JOB, [])
+    port.advance(1.0)
+    # Still one job being recovered: no hold written, looked at again.
+    assert replayed(port.kvs.get(KEY, "")) == set()
+    assert gate.holdlog.compaction.forced
+    assert len(port.armed_timers()) == 1
+    gate.end_recovery(JOB3, [])
+    assert replayed(port.kvs.get(KEY, "")) == set()
+    port.advance(1.0)
+    key, _, append = port.commits[-1]
+    assert (key, append) == (KEY, False)
+    assert replayed(port.kvs[KEY]) == {(JOB2, "kept")}
+    assert not gate.holdlog.compaction.forced and port.armed_timers() == []
