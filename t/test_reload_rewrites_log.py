@@ -19,7 +19,7 @@ from conftest import restart
 from jobs import query, recorded, submit_many
 
 from flux_epilog_gate import EpilogGate
-from flux_epilog_gate.gate.holdlog import KEY
+from flux_epilog_gate.gate.holdlog import KEY, SEGMENTS, segment_key
 from flux_epilog_gate.gate.holds import HOLD_EVENT
 from flux_epilog_gate.testing import Instance
 
@@ -119,3 +119,28 @@ def test_holds_survive_a_restart_after_a_reload_over_a_tampered_log(inst, how, d
     assert expected <= listed
     for jobid in jobids:
         assert gate.release(jobid, description) == {"released": True}
+
+
+def test_a_snapshot_that_waited_for_the_recovery_goes_out_without_traffic(
+    new_instance,
+):
+    """A segment the load cannot read (a directory at its key) makes its
+    first write a snapshot, which waits for the jobs' eventlogs to be
+    read: it then goes out by itself, with no request to carry it (the
+    segments it replaces are removed)."""
+    inst = new_instance()
+    handle = inst.handle()
+    jobids = submit_many(handle, 5, urgency=0)
+    gate = EpilogGate(handle)
+    for jobid in jobids:
+        gate.hold(jobid, "kept")
+    inst.flux("kvs", "put", f"{segment_key(1)}.junk=1")
+    handle = restart(inst, "module")
+    expected = {(jobid, "kept") for jobid in jobids}
+    # Answered once every job's holds are known; no record is made.
+    assert {(h["id"], h["description"]) for h in EpilogGate(handle).list()} == expected
+    deadline = time.monotonic() + 15
+    while inst.flux("kvs", "dir", SEGMENTS, check=False).returncode == 0:
+        assert time.monotonic() < deadline, "the snapshot never went out"
+        time.sleep(0.1)
+    assert logged_holds(inst) == expected
