@@ -718,7 +718,7 @@ def model():
     machine.teardown()
 
 
-def _steps(model, *steps):
+def run_steps(model, *steps):
     """Run ``(rule, args...)`` steps, checking every invariant after each."""
     for name, *args in steps:
         getattr(model, name)(*args)
@@ -728,16 +728,16 @@ def _steps(model, *steps):
 def test_a_snapshot_that_keeps_nothing_then_a_crash_still_loads(model):
     """Issue 17 item 1: a snapshot with no hold left writes an empty value,
     which the KVS reads back as NULL; the load after a crash failed."""
-    _steps(model, ("advance", 0.0), ("submit",), ("churn", 0))
+    run_steps(model, ("advance", 0.0), ("submit",), ("churn", 0))
     assert holdlog.parse(model.kvs.checkpoint[holdlog.KEY]) == ({}, [])
-    _steps(model, ("crash",), ("advance", 0.0))
+    run_steps(model, ("crash",), ("advance", 0.0))
     assert model.driver.ready
 
 
 def test_a_watch_during_recovery_gets_the_holds_already_active(model):
     """Issue 17 item 4: a watcher that came while the gate was reading
     eventlogs never got the holds already active."""
-    _steps(
+    run_steps(
         model,
         ("advance", 0.0),
         ("submit",),
@@ -763,7 +763,7 @@ def test_a_restart_reports_the_hold_of_a_job_cancelled_before_its_epilog_point(
     restart_map_cb), so its pending hold cannot be kept.  The load then
     reports it: a line at level error naming it, and the ``lost``
     counter."""
-    _steps(
+    run_steps(
         model,
         ("advance", 0.0),
         ("submit",),
@@ -789,7 +789,7 @@ def test_a_restart_reports_the_hold_of_a_job_cancelled_before_its_epilog_point(
 
 
 def test_a_crash_that_undoes_a_cancel_keeps_the_prolog_hold(model):
-    _steps(
+    run_steps(
         model,
         ("submit",),
         ("hold", 0, "a", PROLOG),
@@ -803,7 +803,7 @@ def test_a_crash_that_undoes_a_cancel_keeps_the_prolog_hold(model):
 
 
 def test_a_hold_whose_record_failed_at_unload_does_not_hang_its_job(model):
-    _steps(
+    run_steps(
         model,
         ("submit",),
         ("kvs_fails_next",),
@@ -815,7 +815,7 @@ def test_a_hold_whose_record_failed_at_unload_does_not_hang_its_job(model):
 
 
 def test_a_hold_asked_again_is_not_acknowledged_once_withdrawn(model):
-    _steps(
+    run_steps(
         model,
         ("kvs_fails_next",),
         ("submit",),
@@ -828,7 +828,7 @@ def test_a_hold_asked_again_is_not_acknowledged_once_withdrawn(model):
 
 
 def test_a_job_that_runs_during_recovery_gets_one_recovery_finish(model):
-    _steps(
+    run_steps(
         model,
         ("submit",),
         ("hold", 0, "a", EPILOG),
@@ -842,7 +842,7 @@ def test_a_job_that_runs_during_recovery_gets_one_recovery_finish(model):
 
 
 def test_a_crash_that_undoes_a_cancel_during_recovery_keeps_the_prolog_hold(model):
-    _steps(
+    run_steps(
         model,
         ("submit",),
         # The job's validate goes with the hold's checkpoint: the crash
@@ -859,7 +859,7 @@ def test_a_crash_that_undoes_a_cancel_during_recovery_keeps_the_prolog_hold(mode
 
 
 def test_a_reload_during_recovery_keeps_the_start_of_a_prolog_held_job_back(model):
-    _steps(
+    run_steps(
         model,
         ("submit",),
         ("submit",),
@@ -882,7 +882,7 @@ def test_a_hold_started_whose_record_failed_ends_after_restart(model, point, ste
     job in RUN that the log does not name, so the record must reach the
     log (the plugin's last commit carries it again), or a prolog hold's
     job never starts, nor, cancelled, goes inactive."""
-    _steps(
+    run_steps(
         model,
         ("kvs_fails_next",),
         ("submit",),
@@ -900,7 +900,7 @@ def test_a_job_dropped_at_a_crash_has_its_holds_reported_lost_once(model):
     (flux-core moves it to job-lost+found).  Each of its holds is lost:
     logged at level error by name, counted, kept for a watcher of lost
     holds, sent to it once, and not again once acknowledged."""
-    _steps(
+    run_steps(
         model,
         ("submit",),
         ("hold", 0, "a", EPILOG),
@@ -910,7 +910,7 @@ def test_a_job_dropped_at_a_crash_has_its_holds_reported_lost_once(model):
     )
     jobid = model.jobids[0]
     assert model.lost_expected == {(jobid, "a"), (jobid, "b")}
-    _steps(model, ("watch", True), ("answer_read", 0))
+    run_steps(model, ("watch", True), ("answer_read", 0))
     assert model.driver.gate.stats["lost"] == 2
     errors = [t for level, t in model.driver.port.logs if level == syslog.LOG_ERR]
     for description in ("a", "b"):
@@ -923,7 +923,7 @@ def test_a_job_dropped_at_a_crash_has_its_holds_reported_lost_once(model):
         ("b", PROLOG),
     ]
     assert all(a["lost"] and a["reason"].startswith("lost: ") for a in sink.received)
-    _steps(model, ("acknowledge_lost",), ("kvs_apply", True), ("crash",))
-    _steps(model, ("watch", True), ("settle",))
+    run_steps(model, ("acknowledge_lost",), ("kvs_apply", True), ("crash",))
+    run_steps(model, ("watch", True), ("settle",))
     assert model.sinks[1].received == []
     assert len(model.driver.gate.lost_record) == 0

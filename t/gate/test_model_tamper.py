@@ -19,7 +19,7 @@ from flux_epilog_gate.gate.holdlog import KEY
 from flux_epilog_gate.gate.holds import EPILOG, PROLOG
 from flux_epilog_gate.gate.logentries import format_entry
 
-from .test_model import EXAMPLES, SOAK, STEPS, GateModel
+from .test_model import EXAMPLES, SOAK, STEPS, GateModel, run_steps
 
 #: What another hand leaves at the log's key: nothing, a log of no
 #: hold, a line of text that is no entry.
@@ -70,19 +70,13 @@ def model():
     machine.teardown()
 
 
-def _steps(model, *steps):
-    for name, *args in steps:
-        getattr(model, name)(*args)
-        model.check_all()
-
-
 @pytest.mark.parametrize("how", TAMPERS)
 @pytest.mark.parametrize("down", ["restart", "crash"])
 def test_holds_recorded_before_a_tampered_reload_survive_a_restart(model, how, down):
     """Holds acknowledged (their records committed) before the log was
     unlinked or rewritten during a reload are all listed again after a
     restart or a crash: the reload wrote them again."""
-    _steps(
+    run_steps(
         model,
         ("advance", 0.0),
         ("submit",),
@@ -99,7 +93,7 @@ def test_holds_recorded_before_a_tampered_reload_survive_a_restart(model, how, d
     )
     while model.jm.reads:
         model.jm.answer_read(0)
-    _steps(model, ("advance", 0.0), ("list_holds",))
+    run_steps(model, ("advance", 0.0), ("list_holds",))
     assert model.violations == []
     assert model.lost_expected == set()
     gate = model.driver.gate
