@@ -23,6 +23,7 @@ job-manager they share its one gate (see :mod:`.host`).
 
 import errno
 import syslog
+from functools import partial
 
 from ..gate.loader import Load
 from ..gate.logparse import FORMAT
@@ -37,9 +38,18 @@ from .port import GatePort
 #: Error text that ends watch streams when the plugin goes away.
 UNLOADED = "epilog-gate was unloaded: watch again"
 
-#: Error text of a request that waited on recovery when the plugin went
-#: away.
-UNLOADED_WAITING = "epilog-gate was unloaded while recovering: send it again"
+
+def unloaded_waiting(name):
+    """Error text of a request that waited on recovery when plugin
+    ``name`` went away."""
+    return f"{name} was unloaded while recovering: send it again"
+
+
+UNLOADED_WAITING = unloaded_waiting("epilog-gate")
+
+#: Error text of a request of a plugin still loaded that waited on the
+#: recovery of another that drove the gate, and went away or handed it on.
+HANDED_OVER_WAITING = "the gate changed hands while recovering: send it again"
 
 #: Seconds ``debug-fault=slow-recovery`` delays each eventlog read of a
 #: load by.
@@ -56,16 +66,52 @@ def after_recovery(handler):
             handler(self, request)
             return
         waiting = request.detach()
-        self.when_ready(
-            lambda: self._run_waiting(handler, waiting),
-            lambda: waiting.error(
-                errno.EAGAIN, f"{waiting.method}: {UNLOADED_WAITING}"
-            ),
-        )
+
+        def refuse():
+            # This instance went away, or else the driver it waited on
+            # (removed, or handing the gate to a plugin just loaded).
+            why = HANDED_OVER_WAITING if self.committed else unloaded_waiting(self.name)
+            waiting.error(errno.EAGAIN, f"{waiting.method}: {why}")
+
+        self.when_ready(lambda: self._run_waiting(handler, waiting), refuse)
 
     wrapper.__name__ = handler.__name__
     wrapper.__doc__ = handler.__doc__
     return wrapper
+
+
+class Waits:
+    """What a member of the gate left waiting on another member's load
+    (a request of dws.so while epilog-gate.so recovers): each pair of
+    callbacks settles once, by that load (``run`` once it is ready,
+    ``refuse`` if it closes first) or by the member's own unload
+    (``refuse`` at once).  Nothing a removed instance left must run on
+    it, and a request it kept must still be answered: the load it waits
+    on may outlive it by far."""
+
+    def __init__(self, log_exception):
+        self._log_exception = log_exception
+        self._pending = {}
+
+    def add(self, load, run, refuse):
+        """Wait on ``load`` with ``run`` and ``refuse``."""
+        key = object()
+        self._pending[key] = (run, refuse)
+        load.when_ready(partial(self._settle, key, 0), partial(self._settle, key, 1))
+
+    def _settle(self, key, which):
+        pair = self._pending.pop(key, None)
+        if pair is not None:
+            pair[which]()
+
+    def refuse_all(self):
+        """The member goes away: refuse everything it left waiting."""
+        pending, self._pending = self._pending, {}
+        for _, refuse in pending.values():
+            try:
+                refuse()
+            except Exception:  # noqa: BLE001 - one must not stop the rest
+                self._log_exception("refusing a request that waited on recovery")
 
 
 #: An attribute a rule names whose value cannot be decoded: it is there,
@@ -128,6 +174,8 @@ class GateDriver(Plugin):
         #: (job.new and job.state.depend of jobs in flight).
         self.loading = False
         self._load_timer = None
+        #: What this instance waits on while another member drives.
+        self._waits = Waits(jobtap.log_exception)
 
     @property
     def committed(self):
@@ -170,8 +218,9 @@ class GateDriver(Plugin):
 
     def when_ready(self, run, refuse=None):
         """Call ``run()`` once the gate's view is complete (now, if it is).
-        Should its driver go away first, ``refuse()`` is called instead,
-        or, without ``refuse``, ``run`` waits on for the next driver's."""
+        Should its driver, or this instance, go away first, ``refuse()``
+        is called instead, or, without ``refuse``, ``run`` waits on for
+        the next driver's (if this instance is still loaded)."""
         if self.ready:
             run()
             return
@@ -182,7 +231,12 @@ class GateDriver(Plugin):
                 if self.committed:
                     self.jobtap.timer(0.0, lambda: self.when_ready(run))
 
-        self.host.driver.load.when_ready(run, refuse)
+        driver = self.host.driver
+        if driver is self:
+            # Closed, and so refused, as this instance goes away.
+            self.load.when_ready(run, refuse)
+        else:
+            self._waits.add(driver.load, run, refuse)
 
     def commit(self, config):
         """Take this job-manager's gate: the load succeeds.
@@ -449,6 +503,8 @@ class GateDriver(Plugin):
             self._load_timer.stop()
             self._load_timer = None
         if not driving:
+            # Before the close: a request refused is answered through it.
+            self._waits.refuse_all()
             self.jobtap.close()
             return
         host.recovery_unfinished = not self.load.ready
