@@ -27,6 +27,27 @@ SLOT = [
 ]
 
 
+def build_foreign_prolog(outdir):
+    """Build foreign-prolog.so (t/data/foreignprolog.py, a stand-in for
+    dws-jobtap.so that starts a rabbit job's ``dws-setup`` prolog under
+    its own name) on the jobtap runtime into ``outdir``; its path."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "flux_epilog_gate.jobtap.build",
+            "foreign-prolog",
+            "foreignprolog:ForeignProlog",
+            str(outdir),
+            os.path.join(HERE, "data"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout.strip().splitlines()[-1]
+
+
 class FakeDws:
     """t/dws_service.py running against an instance, and what it saw."""
 

@@ -10,12 +10,8 @@ off another action's count: the job started while a prolog hold of the
 gate still kept it back.  A stand-in for dws-jobtap.so
 (t/data/foreignprolog.py) starts the prolog, on a real instance."""
 
-import os
-import subprocess
-import sys
-
 import pytest
-from dwsfake import DW, FakeDws
+from dwsfake import DW, FakeDws, build_foreign_prolog
 from jobs import (
     described,
     eventlog,
@@ -30,28 +26,11 @@ from flux_epilog_gate import EpilogGate
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
-DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
-
 
 @pytest.fixture(scope="module")
 def foreign(tmp_path_factory):
     """foreign-prolog.so, built on the jobtap runtime."""
-    outdir = tmp_path_factory.mktemp("foreign")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "flux_epilog_gate.jobtap.build",
-            "foreign-prolog",
-            "foreignprolog:ForeignProlog",
-            str(outdir),
-            DATA,
-        ],
-        capture_output=True,
-        text=True,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout.strip().splitlines()[-1]
+    return build_foreign_prolog(tmp_path_factory.mktemp("foreign"))
 
 
 @pytest.fixture(scope="module")

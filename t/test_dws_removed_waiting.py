@@ -10,10 +10,11 @@ able to end once dws.so is back."""
 import errno
 
 import pytest
-from dwsfake import DW, contexts
+from dwsfake import DW, build_foreign_prolog, contexts
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 
 from flux_epilog_gate import EpilogGate
+from flux_epilog_gate.dws.jobs import UNLOADED_READING
 from flux_epilog_gate.paths import plugin_path
 
 GATE = plugin_path()
@@ -141,3 +142,56 @@ def test_requests_waiting_on_recovery_are_answered_when_dws_is_removed(
         events = eventlog(h, jobid)
         assert not named(events, "exception"), [(e.name, e.context) for e in events]
         assert contexts(events, "epilog-finish", "dws-epilog")[-1]["status"] == 0
+
+
+# A prolog another plugin started (dws-jobtap.so before the swap): its
+# prolog-remove waits on the job's eventlog, read from the KVS.
+
+#: Rabbit jobs with the foreign prolog open: the read of the last
+#: requests' eventlogs is still out when the remove that follows them is
+#: handled.
+FOREIGN_JOBS = 4
+
+
+@pytest.fixture(scope="module")
+def foreign(tmp_path_factory):
+    return build_foreign_prolog(tmp_path_factory.mktemp("foreign"))
+
+
+def test_prolog_removes_reading_an_eventlog_are_answered_when_dws_is_removed(
+    foreign, new_instance, dws
+):
+    inst = new_instance(cores=8, plugin=GATE, plugins=[(foreign, {})])
+    h = inst.handle()
+    service = dws(inst, "--setup-hang")
+    jobids = [submit(h, duration=0.1, **DW) for _ in range(FOREIGN_JOBS)]
+    for jobid in jobids:
+        wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
+    h.rpc("job-manager.jobtap", {"remove": "foreign-prolog.so"}).get()
+    h.rpc("job-manager.jobtap", {"load": DWS}).get()
+
+    # Each is handled, its read sent, before the remove right behind.
+    removes = {jobid: prolog_remove(h, jobid) for jobid in jobids}
+    h.rpc("job-manager.jobtap", {"remove": "dws.so"}).get()
+    refused = []
+    for jobid, future in removes.items():
+        try:
+            future.wait_for(ANSWERED_WITHIN)
+        except OSError as exc:
+            assert exc.errno != errno.ETIMEDOUT, "no answer once dws.so was removed"
+        try:
+            future.get()
+        except OSError as exc:
+            assert (exc.errno, exc.strerror) == (errno.EAGAIN, UNLOADED_READING)
+            refused.append(jobid)
+    # A refused one finished nothing; sent again, it does.
+    h.rpc("job-manager.jobtap", {"load": DWS}).get()
+    for jobid in refused:
+        assert not named(eventlog(h, jobid), "prolog-finish", "dws-setup")
+        prolog_remove(h, jobid).get()
+    for jobid in jobids:
+        wait_inactive(h, jobid, timeout=30)
+        events = eventlog(h, jobid)
+        assert len(named(events, "prolog-finish", "dws-setup")) == 1
+        assert named(events, "start")
+    assert service.requests("dws.setup") == []

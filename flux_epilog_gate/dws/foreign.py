@@ -54,6 +54,15 @@ class ForeignActions:
             eventlog_key, lambda text, error: self._read(key, finish, text, error)
         )
 
+    def close(self, errnum, text):
+        """The plugin instance goes away: the read of each action being
+        finished will not call back, so answer the requests waiting on
+        it with ``errnum`` and ``text`` (nothing was finished)."""
+        reading, self._reading = self._reading, {}
+        for requests in reading.values():
+            for request in requests:
+                request.error(errnum, text)
+
     def _read(self, key, finish, text, error):
         requests = self._reading.pop(key, [])
         failure = self._finish_if_open(key, finish, text, error)

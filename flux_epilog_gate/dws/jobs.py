@@ -7,6 +7,7 @@ the same exceptions on it.  :class:`Jobs` is that, shared by them; it
 owns no state but that of :mod:`.foreign`.
 """
 
+import errno
 import syslog
 
 from flux.job import JobID
@@ -14,6 +15,10 @@ from flux.job import JobID
 from ..gate.holds import ACTIVE
 from .foreign import ForeignActions
 from .names import FAILED, SETUP
+
+#: Error text of a request that waited on a job's eventlog when the
+#: plugin went away.
+UNLOADED_READING = "dws was unloaded before the job's eventlog was read: send it again"
 
 
 def f58(jobid):
@@ -43,6 +48,11 @@ class Jobs:
 
     def log(self, level, text):
         self.jobtap.log(level, text)
+
+    def close(self):
+        """The plugin instance goes away: answer the requests still
+        waiting on a job's eventlog (see :mod:`.foreign`)."""
+        self.foreign.close(errno.EAGAIN, UNLOADED_READING)
 
     def fail(self, jobid, type, errstr):
         """Raise a fatal exception of ``type`` on the job for a failed

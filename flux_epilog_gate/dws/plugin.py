@@ -188,6 +188,8 @@ class Dws(GateDriver):
         self.jobtap.log(level, text)
 
     def unload(self):
+        if self.jobs is not None:
+            self.jobs.close()
         if self.epilog is not None:
             self.epilog.stop_timeouts()
         if self.gate is not None:
