@@ -21,6 +21,12 @@ def decode_json(data):
         value = json.loads(data.decode())
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+    except (json.JSONDecodeError, UnicodeError):
+        raise
+    except ValueError:
+        # Python's bound on the digits of an integer it reads (jansson
+        # takes none past 64 bits): its text advises a Python call.
+        raise ValueError("a number has too many digits") from None
     if SURROGATE_ESCAPE.search(data):
         try:
             json.dumps(value, ensure_ascii=False).encode()
