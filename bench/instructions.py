@@ -121,6 +121,12 @@ THREADS = (
     ("connector-local", "connector-local"),
 )
 FNMATCH = "fnmatch.c:fnmatch@@"
+#: flux-core's call of one jobtap topic on every plugin that handles it,
+#: made only when some handler's pattern matches the topic; from
+#: jobtap_call, a job.state.* (or other job) topic, not a subscriber's
+#: job.event.*.
+STACK_CALL = "jobtap.c:jobtap_stack_call "
+STATE_CALLER = "jobtap.c:jobtap_call "
 
 
 def instrumented(h):
@@ -416,6 +422,7 @@ def job_manager_profile(threads, jobs):
         "instructions_per_job": total / jobs,
         "python_per_job": python_instructions(path) / jobs,
         "fnmatch_per_job": calls_of(path, FNMATCH) / jobs,
+        "topic_calls_per_job": calls_of(path, STACK_CALL, STATE_CALLER) / jobs,
         "profile": path,
     }
 
@@ -439,9 +446,10 @@ def python_instructions(path):
     return count
 
 
-def calls_of(path, function):
+def calls_of(path, function, caller=""):
     """How many times ``function`` (part of callgrind's file:function name)
-    was called: the sum of its callers' call counts."""
+    was called: the sum of its callers' call counts (of the callers whose
+    name has ``caller`` only)."""
     text = annotate(path, "--auto=no", "--inclusive=yes", "--tree=caller")
     count = 0
     for block in text.split("\n\n"):
@@ -450,7 +458,7 @@ def calls_of(path, function):
             continue
         for line in lines:
             m = re.search(r"<.* \(([\d,]+)x\)", line)
-            if m:
+            if m and caller in line:
                 count += int(m.group(1).replace(",", ""))
     return count
 

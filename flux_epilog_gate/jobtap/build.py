@@ -66,6 +66,7 @@ int runtime_seen_jobmanager (flux_plugin_t *p);
 uint64_t runtime_jobmanager_id (flux_plugin_t *p);
 int runtime_add_topic (flux_plugin_t *p, const char *name, int mode);
 int runtime_topic_require (flux_plugin_t *p, int topic, const char *path);
+int runtime_set_job_pattern (flux_plugin_t *p, const char *pattern);
 int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,
                             const char *update);
 int runtime_forward (flux_plugin_t *p, int topic, int on);

@@ -51,11 +51,13 @@ enum runtime_plugin_topic {
 /* The same key in every plugin built on this runtime (no RUNTIME_NAME). */
 #define RUNTIME_JM_ID "jobtap-runtime::job-manager-id"
 /* Matches job.state.* and job.event.*, nothing else (no other jobtap
- * topic begins "job.s" or "job.e"; see below).  Short, because in a UTF-8
- * locale fnmatch() converts the whole pattern to wide characters at each
- * call: this one costs about 1,340 instructions a call where the spelled
- * out "job.[se][tv][ae][tn][et].*" cost 1,760, and it is matched against
- * every jobtap call of every job while the plugin keeps a job.
+ * topic begins "job.s" or "job.e"; see below): the handler's pattern
+ * until the plugin sets a narrower one (runtime_set_job_pattern).  Short,
+ * because in a UTF-8 locale fnmatch() converts the whole pattern to wide
+ * characters at each call: this one costs about 1,320 instructions a call
+ * where the spelled out "job.[se][tv][ae][tn][et].*" cost 1,760, and it
+ * is matched against every jobtap call of every job while the plugin
+ * keeps a job.
  */
 #define RUNTIME_JOB_TOPICS "job.[se]*"
 /* Matches conf.update and plugin.query. */
@@ -101,6 +103,7 @@ struct runtime_ctx {
     int ntopics;
     int marked;         /* jobs carrying our mark */
     int job_handler;    /* the handler of job.state.* / job.event.* is on */
+    char job_pattern[32]; /* its pattern */
     int new_handler;    /* the handler of job.new is on */
     int plugin_handler; /* the handler of conf.update / plugin.query is on */
     flux_msg_handler_t *callers[RUNTIME_NCALLERS];
@@ -319,11 +322,11 @@ static int runtime_sync_handlers (struct runtime_ctx *ctx)
     if (want == ctx->job_handler)
         return 0;
     if (want) {
-        if (flux_plugin_add_handler (ctx->p, RUNTIME_JOB_TOPICS,
+        if (flux_plugin_add_handler (ctx->p, ctx->job_pattern,
                                      runtime_job_cb, ctx) < 0)
             return -1;
     }
-    else if (flux_plugin_remove_handler (ctx->p, RUNTIME_JOB_TOPICS) < 0)
+    else if (flux_plugin_remove_handler (ctx->p, ctx->job_pattern) < 0)
         return -1;
     ctx->job_handler = want;
     return 0;
@@ -897,6 +900,8 @@ int flux_plugin_init (flux_plugin_t *p)
     if (!(ctx = calloc (1, sizeof (*ctx))))
         return -1;
     ctx->p = p;
+    snprintf (ctx->job_pattern, sizeof (ctx->job_pattern), "%s",
+              RUNTIME_JOB_TOPICS);
     if (flux_plugin_aux_set (p, RUNTIME_CTX, ctx, runtime_ctx_destroy) < 0) {
         free (ctx);
         return -1;
@@ -996,6 +1001,28 @@ int runtime_add_topic (flux_plugin_t *p, const char *name, int mode)
     ctx->topics[ctx->ntopics].on = 0;
     ctx->topics[ctx->ntopics].require[0] = '\0';
     return ctx->ntopics++;
+}
+
+/* The pattern of the handler of the plugin's job.state.* and job.event.*
+ * topics, narrower than RUNTIME_JOB_TOPICS: a job.state.* topic that no
+ * other plugin handles is called by the job-manager, for every job, only
+ * because some handler matches it, and that call (its arguments packed,
+ * every handler of every plugin matched) costs far more than a longer
+ * pattern does.  Only while the handler is off: the pattern it was added
+ * with is the one it is removed with.
+ */
+int runtime_set_job_pattern (flux_plugin_t *p, const char *pattern)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+
+    if (!ctx)
+        return -1;
+    if (ctx->job_handler || strlen (pattern) >= sizeof (ctx->job_pattern)) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf (ctx->job_pattern, sizeof (ctx->job_pattern), "%s", pattern);
+    return 0;
 }
 
 /* Forward topic 'i' only for jobs whose jobspec has key 'path'. */
