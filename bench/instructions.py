@@ -127,6 +127,11 @@ FNMATCH = "fnmatch.c:fnmatch@@"
 #: job.event.*.
 STACK_CALL = "jobtap.c:jobtap_stack_call "
 STATE_CALLER = "jobtap.c:jobtap_call "
+#: ... and from there, a job.event.* of a job some plugin subscribed to
+#: (made for every event that follows the job's first subscription:
+#: flux-core keeps its list of subscribers, even empty, until the job
+#: is gone).
+EVENT_CALLER = "jobtap.c:jobtap_notify_subscribers "
 
 
 def instrumented(h):
@@ -423,6 +428,7 @@ def job_manager_profile(threads, jobs):
         "python_per_job": python_instructions(path) / jobs,
         "fnmatch_per_job": calls_of(path, FNMATCH) / jobs,
         "topic_calls_per_job": calls_of(path, STACK_CALL, STATE_CALLER) / jobs,
+        "event_calls_per_job": calls_of(path, STACK_CALL, EVENT_CALLER) / jobs,
         "profile": path,
     }
 

@@ -221,7 +221,11 @@ class RabbitJobManager(FakeJobManager):
         elif job.state == RUN and port.wanted(job.id, RUN):
             self._call("job.state.run", plugin.on_run, job.id)
         elif job.state == CLEANUP and port.marked(job.id):
-            self._call("job.state.cleanup", plugin.on_cleanup, job.id)
+            self._call(
+                "job.state.cleanup",
+                plugin.on_cleanup,
+                Job(jobtap, "cleanup", job.id, job.state, job.userid, Args(job, entry)),
+            )
         elif job.state == INACTIVE and port.marked(job.id):
             self._call("job.state.inactive", plugin.on_inactive, job.id)
             port.untrack(job.id)
@@ -460,11 +464,6 @@ class Marks:
         self.jobtap = jobtap
         self.jmid = jmid
         self.forwards = set()
-
-    def unsubscribe(self, jobid):
-        """As runtime_unsubscribe: the job's events stop, its other
-        calls still come while it is marked."""
-        self.jobtap.gate_port.untrack_events(jobid)
 
     def jobmanager_id(self):
         return self.jmid

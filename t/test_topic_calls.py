@@ -1,12 +1,16 @@
-"""The job.state.* topics flux-core calls because of dws.so: only the
-three it handles and no built-in plugin does (depend, run, cleanup), not
-every state its handler's pattern could match.
+"""The calls flux-core makes on a rabbit job because of dws.so.
 
 flux-core calls a job.state.* topic of a job only when some handler of
 some plugin matches it, and each such call packs the job's arguments and
-matches the topic against every handler of every plugin.  Counted under
-callgrind on the job-manager thread of a real instance
-(bench/instructions.py), against the same rabbit jobs without the plugin.
+matches the topic against every handler of every plugin; once a plugin
+has asked for a job's events, it does the same for every event of the
+job that follows (its list of subscribers stays, even empty).  So dws.so
+makes flux-core call only the three states it handles and no built-in
+plugin does (depend, run, cleanup), not every state its handler's
+pattern could match, and asks for a rabbit job's events only in its
+epilog.  Counted under callgrind on the job-manager thread of a real
+instance (bench/instructions.py), against the same rabbit jobs without
+the plugin.
 """
 
 import tempfile
@@ -16,12 +20,17 @@ from conftest import callgrind_counter
 
 JOBS = 10
 
+#: The events of a rabbit job from its entry to CLEANUP on.
+EPILOG_EVENTS = ("epilog-start", "epilog-finish", "release", "free", "clean")
+
 
 @pytest.mark.slow
-def test_dws_makes_flux_core_call_only_the_states_it_handles():
+def test_dws_makes_flux_core_call_only_what_it_needs():
     instructions = callgrind_counter()
     with tempfile.TemporaryDirectory(prefix="topic-calls-") as tmp:
         bare = instructions.measure("bare", JOBS, tmp, workload="rabbit")
         dws = instructions.measure("dws", JOBS, tmp, workload="rabbit")
     assert bare["topic_calls_per_job"] > 0
     assert dws["topic_calls_per_job"] - bare["topic_calls_per_job"] == 3
+    assert bare["event_calls_per_job"] == 0
+    assert dws["event_calls_per_job"] == len(EPILOG_EVENTS)

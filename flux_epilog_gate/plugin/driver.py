@@ -364,17 +364,18 @@ class GateDriver(Plugin):
         if rules:
             self.gate.apply_rules(job.id, rule_attributes(job, rules))
 
-    @job_topic("job.state.cleanup", id_only=True)
-    def on_cleanup(self, jobid):
+    @job_topic("job.state.cleanup")
+    def on_cleanup(self, job):
         # self.driving and self.fault(), written out: this is every held
-        # job's activation.
+        # job's activation.  The job's arguments are read only if a
+        # prolog hold is aborted (its fatal exception is recorded).
         host = self.host
         if host is None or host.driver is not self:
             return
         gate = self.gate
         if gate.context.config.fault is not None:
             self.fault("job")
-        gate.on_cleanup(jobid)
+        gate.on_cleanup(job.id, job)
 
     @job_topic("job.state.inactive", id_only=True)
     def on_inactive(self, jobid):

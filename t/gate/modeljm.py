@@ -51,6 +51,7 @@ from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.gate.holds import stamp
 from flux_epilog_gate.gate.lost import LOST_FOUND
 from flux_epilog_gate.jobid import f58
+from flux_epilog_gate.plugin.port import fatal_exception
 
 _ffi = cffi.FFI()
 
@@ -493,6 +494,9 @@ class JobtapPort:
     def want_run(self, jobid):
         self.wants.add(jobid)
 
+    def cleanup_exception(self, call):
+        return fatal_exception(call)
+
     def track(self, jobid, events=False):
         if jobid not in self.jm.jobs:
             raise _oserror(errno.ENOENT)
@@ -501,10 +505,6 @@ class JobtapPort:
 
     def untrack(self, jobid):
         self.marks.pop(jobid, None)
-
-    def untrack_events(self, jobid):
-        if jobid in self.marks:
-            self.marks[jobid] = False
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, self.now() + delay, callback)
