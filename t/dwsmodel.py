@@ -208,12 +208,19 @@ class RabbitJobManager(FakeJobManager):
                 call,
                 Job(jobtap, name, job.id, job.state, job.userid, Args(job, entry)),
             )
-        if name == "exception" and events and port.forwarded("job.event.exception"):
-            self._call(
-                "job.event.exception",
-                plugin.on_exception,
-                Job(jobtap, name, job.id, job.state, job.userid, Args(job, entry)),
-            )
+        if name == "exception" and port.forwarded("job.event.exception"):
+            told = entry
+            if not events and port.watched(job.id):
+                # From the instance's job-exception event: no note.
+                timestamp, _, context = entry
+                published = {k: context[k] for k in ("type", "severity")}
+                told = (timestamp, name, published)
+            if events or port.watched(job.id):
+                self._call(
+                    "job.event.exception",
+                    plugin.on_exception,
+                    Job(jobtap, name, job.id, job.state, job.userid, Args(job, told)),
+                )
         if job.state == old:
             return
         if job.state == DEPEND:

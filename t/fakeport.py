@@ -108,6 +108,7 @@ class FakePort:
         self.events = defaultdict(list)
         self.tracked = {}
         self.track_calls = []
+        self.exceptions_watched = set()
         self.timers = []
         self.sent = defaultdict(list)
         self.dead = set()
@@ -364,6 +365,10 @@ class FakePort:
 
     def want_run(self, jobid):
         self.run_wanted.add(jobid)
+
+    def watch_exceptions(self, jobid):
+        self.track(jobid)
+        self.exceptions_watched.add(jobid)
 
     def cleanup_exception(self, call):
         # The tests give the exception's context itself.

@@ -259,12 +259,13 @@ class Gate:
     def has_listeners(self):
         return bool(self.listeners)
 
-    def send_events(self, jobid):
-        """Have the events of held job ``jobid`` sent to the gate from now
-        on (its exceptions to the listeners): a listener asks for them
-        only while it has something to do with them."""
+    def watch_exceptions(self, jobid):
+        """Have the exceptions of held job ``jobid`` sent to the gate from
+        now on, for the listeners (see ``Port.watch_exceptions``): a
+        listener asks for them only while it has something to do with
+        them."""
         if jobid in self.jobs:
-            self.context.port.track(jobid, events=True)
+            self.context.port.watch_exceptions(jobid)
 
     def on_snapshot(self, snapshotted):
         """Call ``snapshotted()`` after each snapshot of the hold log

@@ -126,8 +126,8 @@ _DESCRIPTION = re.compile(r"[A-Za-z0-9._-]{1,%d}\Z" % DESCRIPTION_MAX)
 def exception_of(context):
     """The fatal job exception whose event context is ``context``, as the
     end of a hold records it (``{type, severity, note}``), or True if it
-    has no type (its end then records none)."""
-    kind, note = context.get("type"), context.get("note", "")
+    has no type or no note (its end then records none)."""
+    kind, note = context.get("type"), context.get("note")
     if not isinstance(kind, str) or not kind or not isinstance(note, str):
         return True
     return {"type": kind, "severity": 0, "note": note}

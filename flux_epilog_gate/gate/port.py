@@ -52,6 +52,11 @@ class Port(Protocol):
     def want_run(self, jobid):
         """Also send the tracked job's entry to RUN to the gate."""
 
+    def watch_exceptions(self, jobid):
+        """Track the job and send its exceptions to the gate (for its
+        listeners) without its other events: a little after each was
+        posted, its context without a ``note``."""
+
     def cleanup_exception(self, call):
         """The context of the fatal exception whose event moved a job to
         CLEANUP, read from ``call`` (what the job's entry to CLEANUP came

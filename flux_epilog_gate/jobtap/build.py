@@ -73,6 +73,7 @@ int runtime_forward (flux_plugin_t *p, int topic, int on);
 int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events);
 void runtime_unmark (flux_plugin_t *p, flux_jobid_t id);
 void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id);
+int runtime_watch_exceptions (flux_plugin_t *p, flux_jobid_t id);
 int runtime_want (flux_plugin_t *p, flux_jobid_t id, int topic);
 int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
                         const char *context);

@@ -111,6 +111,7 @@ struct runtime_ctx {
     flux_watcher_t *idle;   /* runtime_plugin_topics (off), deferred */
     struct runtime_method *methods;
     struct runtime_commit *commits; /* KVS commits in flight */
+    flux_msg_handler_t *exceptions; /* the instance's job-exception events */
 };
 
 /* A request of runtime_callers passed on to the job-manager, while it is
@@ -128,6 +129,7 @@ struct runtime_mark {
     struct runtime_ctx *ctx;
     int marked;
     int subscribed;     /* the job-manager counts each subscription */
+    int exceptions;     /* its job.event.exception from job-exception */
     unsigned int wants;
 };
 
@@ -864,6 +866,10 @@ static void runtime_ctx_destroy (void *arg)
     }
     for (size_t i = 0; i < RUNTIME_NCALLERS; i++)
         flux_msg_handler_destroy (ctx->callers[i]);
+    /* The broker's subscription stays: another plugin of this
+     * job-manager may have one to the same topic.
+     */
+    flux_msg_handler_destroy (ctx->exceptions);
     flux_watcher_destroy (ctx->idle);
     while (ctx->passes)
         runtime_pass_unlink (ctx->passes);
@@ -1136,8 +1142,10 @@ void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
     struct runtime_ctx *ctx = runtime_ctx_get (p);
 
     flux_jobtap_job_unsubscribe (p, id);
-    if (mark)
+    if (mark) {
         mark->subscribed = 0;
+        mark->exceptions = 0;
+    }
     if (mark && mark->marked) {
         mark->marked = 0;
         mark->ctx->marked--;
@@ -1157,6 +1165,99 @@ void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id)
         flux_jobtap_job_unsubscribe (p, id);
         mark->subscribed = 0;
     }
+}
+
+/* A job-exception event of the instance: the job-manager publishes one
+ * for every exception raised by a request or a plugin ({id, type,
+ * severity}, no note).  A marked job watched for its exceptions gets
+ * its job.event.exception from here, as if subscribed (unless it is:
+ * then the call came already): the entry's context has no note.
+ */
+static void runtime_exception_cb (flux_t *h,
+                                  flux_msg_handler_t *mh,
+                                  const flux_msg_t *msg,
+                                  void *arg)
+{
+    struct runtime_ctx *ctx = arg;
+    flux_plugin_t *p = ctx->p;
+    struct runtime_mark *mark;
+    flux_plugin_arg_t *args;
+    flux_jobid_t id;
+    const char *type;
+    int severity, state, i;
+    json_int_t userid;
+
+    if (flux_event_unpack (msg, NULL, "{s:I s:s s:i}",
+                           "id", &id,
+                           "type", &type,
+                           "severity", &severity) < 0
+        || !(mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK))
+        || !mark->marked || !mark->exceptions || mark->subscribed
+        || (i = runtime_topic_index (ctx, "job.event.exception")) < 0
+        || (ctx->topics[i].mode == RUNTIME_TOPIC_SWITCHED
+            && !ctx->topics[i].on)
+        || !ctx->self)
+        return;
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return;
+    if (flux_plugin_arg_pack (args,
+                              FLUX_PLUGIN_ARG_IN,
+                              "{s:{s:s s:{s:s s:i}}}",
+                              "entry",
+                                "name", "exception",
+                                "context",
+                                  "type", type,
+                                  "severity", severity) == 0
+        && flux_plugin_arg_unpack (args,
+                                   FLUX_PLUGIN_ARG_IN,
+                                   "{s:i s:I}",
+                                   "state", &state,
+                                   "userid", &userid) == 0)
+        (void)runtime_py_job (ctx->self, i, id, state, (uint32_t)userid, args);
+    flux_plugin_arg_destroy (args);
+}
+
+/* Send the marked job's job.event.exception calls from the instance's
+ * job-exception events, not by subscribing to its events: once a job has
+ * had a subscriber, the job-manager packs the job's arguments for each
+ * later event of it, about 20k instructions an event, whoever listens.
+ * The first call subscribes the job-manager to the events.  A job that
+ * has had an exception already is subscribed instead: its job-exception
+ * event may still be on its way, and would be taken for a later one.
+ */
+int runtime_watch_exceptions (flux_plugin_t *p, flux_jobid_t id)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+    struct runtime_mark *mark;
+    flux_t *h = flux_jobtap_get_flux (p);
+    int raised;
+
+    if (!ctx || (raised = flux_jobtap_job_event_posted (p, id, "exception")) < 0)
+        return -1;
+    if (raised)
+        return runtime_mark (p, id, 1);
+    if (runtime_mark (p, id, 0) < 0
+        || !(mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK)))
+        return -1;
+    if (!ctx->exceptions) {
+        struct flux_match match = FLUX_MATCH_EVENT;
+        flux_future_t *f;
+
+        match.topic_glob = "job-exception";
+        if (!(f = flux_event_subscribe_ex (h, "job-exception", 0)))
+            return -1;
+        /* Its answer is not waited for (the reactor is the
+         * job-manager's): the subscription holds once the broker has it.
+         */
+        flux_future_destroy (f);
+        if (!(ctx->exceptions = flux_msg_handler_create (h, match,
+                                                         runtime_exception_cb,
+                                                         ctx)))
+            return -1;
+        flux_msg_handler_start (ctx->exceptions);
+    }
+    mark->exceptions = 1;
+    return 0;
 }
 
 /* While it is marked, also send the job's calls of WANTED topic 'i'. */

@@ -252,22 +252,19 @@ class GateDriver(Plugin):
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
             wanted = self.gate.has_listeners()
             self.jobtap.marks.forward("job.event.exception", wanted)
-            self._send_wanted_events()
+            self._watch_wanted_exceptions()
 
-    def _send_wanted_events(self):
-        """A job's exception reaches a plugin only if the job's events
-        are sent to it: each tracked job's that a listener wants now (the
-        listeners ask for more as they need them, see
-        :meth:`~flux_epilog_gate.gate.Gate.send_events`; else only those
-        the epilog point waits on are sent).  Each event of a job whose
-        events are sent costs the job-manager a call with the job's
-        arguments packed, so no job's are asked for before they matter."""
+    def _watch_wanted_exceptions(self):
+        """A job's exception reaches a plugin only if it is watched for:
+        each tracked job's that a listener wants now (the listeners ask
+        for more as they need them, see
+        :meth:`~flux_epilog_gate.gate.Gate.watch_exceptions`)."""
         port, gate = self.port, self.gate
         for jobid in gate.job_ids():
             if not gate.want_events(jobid):
                 continue
             try:
-                port.track(jobid, events=True)
+                port.watch_exceptions(jobid)
             except OSError as exc:
                 # Gone meanwhile: its job.state.inactive tells the gate.
                 port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")

@@ -228,6 +228,12 @@ class GatePort:
         """Also send the tracked job's job.state.run to the gate."""
         self.jobtap.marks.want(jobid, RUN_TOPIC)
 
+    def watch_exceptions(self, jobid):
+        """See ``Marks.watch_exceptions``: no subscription to the job's
+        events, so none of its later events costs the job-manager a
+        call."""
+        self.jobtap.marks.watch_exceptions(jobid)
+
     def cleanup_exception(self, call):
         """``call``: the job.state.cleanup call's job (a jobtap ``Job``)."""
         return fatal_exception(call)

@@ -409,6 +409,8 @@ class JobtapPort:
         self.open = True
         self.marks = {}
         self.wants = set()
+        #: Jobs whose exceptions are watched (runtime_watch_exceptions).
+        self.exceptions = set()
         self.timers = []
         self.logs = []
         #: Streams this port answered, by sink: the activations sent.
@@ -430,6 +432,11 @@ class JobtapPort:
 
     def subscribed(self, jobid):
         return self.marks.get(jobid, False)
+
+    def watched(self, jobid):
+        """The job's exceptions come from the instance's job-exception
+        events (without a note)."""
+        return jobid in self.marks and jobid in self.exceptions
 
     def wanted(self, jobid, state):
         return jobid in self.marks and jobid in self.wants
@@ -505,6 +512,15 @@ class JobtapPort:
 
     def untrack(self, jobid):
         self.marks.pop(jobid, None)
+        self.exceptions.discard(jobid)
+
+    def watch_exceptions(self, jobid):
+        # As the runtime: a job that had an exception is subscribed.
+        if self.posted(jobid, "exception"):
+            self.track(jobid, events=True)
+            return
+        self.track(jobid)
+        self.exceptions.add(jobid)
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, self.now() + delay, callback)
