@@ -19,9 +19,8 @@ from setuptools.dist import Distribution
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate", "jobtap"))
 sys.path.insert(0, os.path.join(HERE, "flux_epilog_gate", "plugin"))
-import cbuild as gate_build  # noqa: E402
-
 import build as plugin_build  # noqa: E402
+import cbuild as gate_build  # noqa: E402
 
 del sys.path[:2]
 

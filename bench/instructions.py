@@ -14,8 +14,12 @@ drives a workload of bench/run.py (by default the exception path: each job
 cancelled while pending, held and released in the gated configurations)
 with instrumentation switched on for the driven jobs only, and reports the
 job-manager thread's instructions per job, with the share spent in Python
-(libpython and cffi) and the calls of fnmatch() per job (flux-core matches
-each jobtap call against every handler of every plugin with it).  It is
+(libpython and cffi), the calls of fnmatch() per job (flux-core matches
+each jobtap call against every handler of every plugin with it), and
+flux-core's calls of plugins per job: of job topics (``calls/job``: a
+job.state.* topic is called only if some handler matches it), and of a
+subscribed job's events (``events/job``: every event after the job's
+first subscription, whoever still listens).  It is
 slow (about half a minute per configuration and workload) and needs
 valgrind.
 
@@ -121,6 +125,17 @@ THREADS = (
     ("connector-local", "connector-local"),
 )
 FNMATCH = "fnmatch.c:fnmatch@@"
+#: flux-core's call of one jobtap topic on every plugin that handles it,
+#: made only when some handler's pattern matches the topic; from
+#: jobtap_call, a job.state.* (or other job) topic, not a subscriber's
+#: job.event.*.
+STACK_CALL = "jobtap.c:jobtap_stack_call "
+STATE_CALLER = "jobtap.c:jobtap_call "
+#: ... and from there, a job.event.* of a job some plugin subscribed to
+#: (made for every event that follows the job's first subscription:
+#: flux-core keeps its list of subscribers, even empty, until the job
+#: is gone).
+EVENT_CALLER = "jobtap.c:jobtap_notify_subscribers "
 
 
 def instrumented(h):
@@ -416,6 +431,8 @@ def job_manager_profile(threads, jobs):
         "instructions_per_job": total / jobs,
         "python_per_job": python_instructions(path) / jobs,
         "fnmatch_per_job": calls_of(path, FNMATCH) / jobs,
+        "topic_calls_per_job": calls_of(path, STACK_CALL, STATE_CALLER) / jobs,
+        "event_calls_per_job": calls_of(path, STACK_CALL, EVENT_CALLER) / jobs,
         "profile": path,
     }
 
@@ -439,9 +456,10 @@ def python_instructions(path):
     return count
 
 
-def calls_of(path, function):
+def calls_of(path, function, caller=""):
     """How many times ``function`` (part of callgrind's file:function name)
-    was called: the sum of its callers' call counts."""
+    was called: the sum of its callers' call counts (of the callers whose
+    name has ``caller`` only)."""
     text = annotate(path, "--auto=no", "--inclusive=yes", "--tree=caller")
     count = 0
     for block in text.split("\n\n"):
@@ -450,7 +468,7 @@ def calls_of(path, function):
             continue
         for line in lines:
             m = re.search(r"<.* \(([\d,]+)x\)", line)
-            if m:
+            if m and caller in line:
                 count += int(m.group(1).replace(",", ""))
     return count
 
@@ -491,7 +509,10 @@ def report(results, jobs, workload, missing=None):
     not measured (name -> why), said so plainly."""
     missing = missing or {}
     print(f"job-manager thread, {workload} path, {jobs} jobs per configuration")
-    print(f"  {'config':16}{'instr/job':>12}{'of it Python':>14}{'fnmatch/job':>13}")
+    print(
+        f"  {'config':16}{'instr/job':>12}{'of it Python':>14}{'fnmatch/job':>13}"
+        f"{'calls/job':>11}{'events/job':>12}"
+    )
     for config, r in results.items():
         spread = ""
         if "runs" in r:
@@ -499,7 +520,9 @@ def report(results, jobs, workload, missing=None):
             spread = f"   (runs {min(counts):.1f}k to {max(counts):.1f}k)"
         print(
             f"  {config:16}{r['instructions_per_job'] / 1e3:>11.1f}k"
-            f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}" + spread
+            f"{r['python_per_job'] / 1e3:>13.1f}k{r['fnmatch_per_job']:>13.1f}"
+            f"{r.get('topic_calls_per_job', 0):>11.1f}"
+            f"{r.get('event_calls_per_job', 0):>12.1f}" + spread
         )
     for config, why in missing.items():
         print(f"  {config:16}not measured ({why})")

@@ -208,12 +208,19 @@ class RabbitJobManager(FakeJobManager):
                 call,
                 Job(jobtap, name, job.id, job.state, job.userid, Args(job, entry)),
             )
-        if name == "exception" and events and port.forwarded("job.event.exception"):
-            self._call(
-                "job.event.exception",
-                plugin.on_exception,
-                Job(jobtap, name, job.id, job.state, job.userid, Args(job, entry)),
-            )
+        if name == "exception" and port.forwarded("job.event.exception"):
+            told = entry
+            if not events and port.watched(job.id):
+                # From the instance's job-exception event: no note.
+                timestamp, _, context = entry
+                published = {k: context[k] for k in ("type", "severity")}
+                told = (timestamp, name, published)
+            if events or port.watched(job.id):
+                self._call(
+                    "job.event.exception",
+                    plugin.on_exception,
+                    Job(jobtap, name, job.id, job.state, job.userid, Args(job, told)),
+                )
         if job.state == old:
             return
         if job.state == DEPEND:
@@ -221,7 +228,11 @@ class RabbitJobManager(FakeJobManager):
         elif job.state == RUN and port.wanted(job.id, RUN):
             self._call("job.state.run", plugin.on_run, job.id)
         elif job.state == CLEANUP and port.marked(job.id):
-            self._call("job.state.cleanup", plugin.on_cleanup, job.id)
+            self._call(
+                "job.state.cleanup",
+                plugin.on_cleanup,
+                Job(jobtap, "cleanup", job.id, job.state, job.userid, Args(job, entry)),
+            )
         elif job.state == INACTIVE and port.marked(job.id):
             self._call("job.state.inactive", plugin.on_inactive, job.id)
             port.untrack(job.id)
@@ -460,11 +471,6 @@ class Marks:
         self.jobtap = jobtap
         self.jmid = jmid
         self.forwards = set()
-
-    def unsubscribe(self, jobid):
-        """As runtime_unsubscribe: the job's events stop, its other
-        calls still come while it is marked."""
-        self.jobtap.gate_port.untrack_events(jobid)
 
     def jobmanager_id(self):
         return self.jmid

@@ -108,6 +108,7 @@ class FakePort:
         self.events = defaultdict(list)
         self.tracked = {}
         self.track_calls = []
+        self.exceptions_watched = set()
         self.timers = []
         self.sent = defaultdict(list)
         self.dead = set()
@@ -365,6 +366,14 @@ class FakePort:
     def want_run(self, jobid):
         self.run_wanted.add(jobid)
 
+    def watch_exceptions(self, jobid):
+        self.track(jobid)
+        self.exceptions_watched.add(jobid)
+
+    def cleanup_exception(self, call):
+        # The tests give the exception's context itself.
+        return call
+
     def track(self, jobid, events=False):
         # As the runtime: a job's events, once asked for, stay asked for.
         self.tracked[jobid] = self.tracked.get(jobid, False) or events
@@ -372,10 +381,6 @@ class FakePort:
 
     def untrack(self, jobid):
         self.tracked.pop(jobid, None)
-
-    def untrack_events(self, jobid):
-        if jobid in self.tracked:
-            self.tracked[jobid] = False
 
     def kvs_commit(self, key, text, append, callback, sync=False):
         self.synced.append(sync)

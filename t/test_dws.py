@@ -185,6 +185,24 @@ def test_cancel_during_the_prolog_ends_it_and_runs_the_epilog(rabbit_instance, d
     assert contexts(events, "epilog-finish", "dws-epilog")[0]["status"] == 0
 
 
+def test_a_job_cancelled_in_its_prolog_is_torn_down_only_if_cancelled_again(
+    rabbit_instance, dws
+):
+    # The first cancel, before the epilog, is not the epilog's: dws.post_run
+    # goes out as the epilog starts, and one dws.teardown, for the second.
+    inst = rabbit_instance()
+    h = inst.handle()
+    service = dws(inst, "--setup-hang", "--post-run-hang")
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "prolog-start", match=described("dws-setup"))
+    flux.job.cancel(h, jobid)
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"))
+    service.wait(lambda: service.requests("dws.post_run"))
+    inst.flux("job", "raise", "--type=cancel", str(jobid), "again")
+    wait_inactive(h, jobid)
+    assert service.requests("dws.teardown") == [{"jobid": jobid}]
+
+
 def test_exception_during_the_epilog_asks_for_teardown(rabbit_instance, dws):
     inst = rabbit_instance()
     h = inst.handle()

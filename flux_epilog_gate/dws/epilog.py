@@ -22,6 +22,9 @@ from .names import EPILOG, EPILOG_TIMEOUT
 
 CLEANUP = flux.constants.FLUX_JOB_STATE_CLEANUP
 
+#: The note of the epilog timeout's exception (flux-coral2's).
+TIMED_OUT = "DWS epilog timed out"
+
 
 class Epilog:
     """The dws-epilog phase of rabbit jobs and their epilog timeouts
@@ -39,6 +42,8 @@ class Epilog:
         self.epilog_timeout = timeout
         #: job id -> the timer of its dws-epilog's epilog-timeout
         self.timers = {}
+        #: The job whose epilog timeout's exception is being raised.
+        self.timing_out = None
 
     def start_epilog(self, jobid, t_start):
         self.arm_timeout(jobid, t_start)
@@ -73,9 +78,38 @@ class Epilog:
         self.finish_epilog(jobid, False, errstr)
 
     def epilog_timed_out(self, jobid):
+        """The job's epilog timeout: its exception, then, as for one raised
+        by another (see :meth:`.listener.Listener.exception`), the service
+        asked to abort and the dws-epilog ended with status 1 and the
+        exception recorded.  At once: the exception reaches the listener
+        only later, and without its note."""
         self.timers.pop(jobid, None)
-        if self.jobs.state_of(jobid) == CLEANUP:
-            self.jobs.raise_exception(jobid, EPILOG_TIMEOUT, "DWS epilog timed out")
+        if self.jobs.state_of(jobid) != CLEANUP:
+            return
+        self.timing_out = jobid
+        try:
+            raised = self.jobs.raise_exception(jobid, EPILOG_TIMEOUT, TIMED_OUT)
+        finally:
+            self.timing_out = None
+        self.abort(jobid, raised)
+
+    def timed_out(self, jobid, raised):
+        """An epilog timeout's exception reached the listener (``raised``:
+        as recorded, or True): one another raised, unless this plugin is
+        raising its own (it ends the hold itself)."""
+        if jobid != self.timing_out:
+            self.abort(jobid, raised)
+
+    def abort(self, jobid, raised):
+        """The job's epilog timed out (``raised``: its exception, as
+        recorded, or True): ask the service to abort, end the dws-epilog
+        with status 1."""
+        if not self.jobs.active(jobid, EPILOG):
+            return
+        # Answered, but nothing waits for the answer.
+        self.jobtap.messages.rpc("dws.abort", {"jobid": jobid})
+        self.stop_timeout(jobid)
+        self.jobs.release(jobid, EPILOG, 1, raised=raised)
 
     def finish_epilog(self, jobid, success, errstr):
         """End the job's dws-epilog (status 0 on success, else 1 after an

@@ -90,10 +90,6 @@ class Prolog:
             )
         self.post_environment(jobid, payload["variables"])
         self.jobs.release(jobid, SETUP, 0)
-        if not hold.aborted:
-            # Running (not aborted by its entry to CLEANUP): its events
-            # matter again only once its dws-epilog is active.
-            self.gate.stop_events(jobid)
         request.respond(None)
 
     def post_environment(self, jobid, variables):

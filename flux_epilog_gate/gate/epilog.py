@@ -153,6 +153,16 @@ class EpilogPoint(HoldPoint):
         elif state == CLEANUP:
             self._await_point(job)
 
+    def expect(self, job, state):
+        """Before the prolog point carries a reloaded job's holds on: if
+        it is in CLEANUP short of its point with epilog holds, have its
+        events sent now.  An aborted prolog hold that ends then (see
+        ``PrologPoint.ends_aborted``) may take the job past its point at
+        once, to ``free`` and on to ``clean`` before this point's
+        ``recovered`` is called."""
+        if state == CLEANUP and not job.at_point:
+            self._await_point(job)
+
     def end_recovery(self, job):
         """End the gate's own epilog action of a job whose holds are
         known again (or could not be)."""

@@ -259,20 +259,13 @@ class Gate:
     def has_listeners(self):
         return bool(self.listeners)
 
-    def send_events(self, jobid):
-        """Have the events of held job ``jobid`` sent to the gate from now
-        on (its exceptions to the listeners): a listener asks for them
-        only while it has something to do with them."""
+    def watch_exceptions(self, jobid):
+        """Have the exceptions of held job ``jobid`` sent to the gate from
+        now on, for the listeners (see ``Port.watch_exceptions``): a
+        listener asks for them only while it has something to do with
+        them."""
         if jobid in self.jobs:
-            self.context.port.track(jobid, events=True)
-
-    def stop_events(self, jobid):
-        """A listener is done with the events of running job ``jobid``
-        (for now): they stop unless a listener still wants them.  Only
-        while the job runs: in CLEANUP the epilog point may be waiting
-        on them, and it asks for them itself when it enters CLEANUP."""
-        if jobid in self.jobs and not self.listeners.want_events(jobid):
-            self.context.port.untrack_events(jobid)
+            self.context.port.watch_exceptions(jobid)
 
     def on_snapshot(self, snapshotted):
         """Call ``snapshotted()`` after each snapshot of the hold log
@@ -297,16 +290,18 @@ class Gate:
         if job:
             self.prolog.on_run(job)
 
-    def on_cleanup(self, jobid):
+    def on_cleanup(self, jobid, call=None):
         """The job entered CLEANUP: the prolog and dependency points drop
-        or abort their holds, then the epilog point looks for its point."""
+        or abort their holds, then the epilog point looks for its point.
+        ``call``: what the entry came with, for the port to read the
+        job's fatal exception from (see ``cleanup_exception``)."""
         job = self.jobs.get(jobid)
         if job:
             # The prolog and dependency points act on their own holds only:
             # a job with epilog holds alone (most) skips them.
             for hold in job.holds.values():
                 if hold.point != EPILOG:
-                    self.prolog.on_cleanup(job)
+                    self.prolog.on_cleanup(job, call)
                     self.depend.on_cleanup(job)
                     break
             self.epilog.on_cleanup(job)

@@ -123,6 +123,16 @@ DESCRIPTION_MAX = 64
 _DESCRIPTION = re.compile(r"[A-Za-z0-9._-]{1,%d}\Z" % DESCRIPTION_MAX)
 
 
+def exception_of(context):
+    """The fatal job exception whose event context is ``context``, as the
+    end of a hold records it (``{type, severity, note}``), or True if it
+    has no type or no note (its end then records none)."""
+    kind, note = context.get("type"), context.get("note")
+    if not isinstance(kind, str) or not kind or not isinstance(note, str):
+        return True
+    return {"type": kind, "severity": 0, "note": note}
+
+
 def description_error(description):
     """Return why ``description`` is not a valid hold description, or None."""
     if not isinstance(description, str):

@@ -10,8 +10,8 @@ class Listeners(list):
     Each listener has the methods ``activated(hold)`` (a hold became
     active), ``exception(id, context)`` (a held job got an exception),
     ``inactive(id)`` (a held job is inactive) and ``wants_events(id)``
-    (True while it would act on the job's exceptions: their events are
-    then sent, see :meth:`~flux_epilog_gate.gate.Gate.send_events`).
+    (True while it would act on the job's exceptions: they are then
+    sent, see :meth:`~flux_epilog_gate.gate.Gate.watch_exceptions`).
     Owns the list.  Calls the port's ``log``, and the context's
     ``listeners_changed`` hook when a listener comes or goes.  Called by the lifecycle
     (activations) and by the plugin (a job's exception and inactivity,

@@ -49,13 +49,19 @@ class Port(Protocol):
     def untrack(self, jobid):
         """Stop sending the job's callbacks to the gate."""
 
-    def untrack_events(self, jobid):
-        """Stop sending the tracked job's events (``track`` with
-        ``events`` asks for them again): a listener done with them while
-        the job runs (see ``Gate.stop_events``)."""
-
     def want_run(self, jobid):
         """Also send the tracked job's entry to RUN to the gate."""
+
+    def watch_exceptions(self, jobid):
+        """Track the job and send its exceptions to the gate (for its
+        listeners) without its other events: a little after each was
+        posted, its context without a ``note``."""
+
+    def cleanup_exception(self, call):
+        """The context of the fatal exception whose event moved a job to
+        CLEANUP, read from ``call`` (what the job's entry to CLEANUP came
+        with, given to ``Gate.on_cleanup``), or None if another event
+        did."""
 
     def read_eventlog(self, jobid, callback):
         """Read the job's eventlog without blocking; later call

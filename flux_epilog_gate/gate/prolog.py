@@ -42,7 +42,14 @@ import syslog
 from ..errors import GateError
 from ..jobid import f58
 from .holdlog import MARKER
-from .holds import ACTIVE, PENDING, PROLOG, RECOVERY_DESCRIPTION, Reason
+from .holds import (
+    ACTIVE,
+    PENDING,
+    PROLOG,
+    RECOVERY_DESCRIPTION,
+    Reason,
+    exception_of,
+)
 from .points import HoldPoint, replay_start
 from .states import CLEANUP, RUN
 
@@ -139,9 +146,11 @@ class PrologPoint(HoldPoint):
                 except GateError as exc:
                     self._not_held(job, hold, exc)
 
-    def on_cleanup(self, job):
+    def on_cleanup(self, job, call=None):
         """The job entered CLEANUP (before its epilog point is looked for):
-        pending prolog holds are dropped, active ones are aborted."""
+        pending prolog holds are dropped, active ones are aborted (those
+        of ``ends_aborted`` end, with the job's fatal exception read from
+        ``call``, see ``Gate.on_cleanup``)."""
         if job.recovery is not None and job.recovery.active:
             # recovered() does this once the holds are known.
             return
@@ -156,7 +165,7 @@ class PrologPoint(HoldPoint):
                 # snapshot of the log forgets it.
                 self._drop(job, hold, Reason.NEVER_STARTED, record=False)
             elif hold.description in self.ends_aborted:
-                self._end_aborted(job, hold)
+                self._end_aborted(job, hold, call)
             elif not hold.aborted:
                 hold.aborted = True
                 self.watchers.notify(hold)
@@ -288,15 +297,21 @@ class PrologPoint(HoldPoint):
                 syslog.LOG_ERR, f"{f58(job.id)}: raising exception: {error}"
             )
 
-    def _end_aborted(self, job, hold):
+    def _end_aborted(self, job, hold, call=None):
         """End active ``hold``, whose job entered CLEANUP before it
-        started, with status 1; the job's fatal exception is its own."""
+        started, with status 1; the job's fatal exception is its own, and
+        is recorded with the end if ``call`` has it (a crash that loses
+        it then has it raised again, see ``Lifecycle.finish_released``)."""
         self.context.port.log(
             syslog.LOG_INFO,
             f"{f58(job.id)}: prolog hold {hold.description} ended: "
             "the job will never start",
         )
-        self.lifecycle.finish(job, hold, 1, Reason.NEVER_STARTED, raised=True)
+        context = None
+        if call is not None:
+            context = self.context.port.cleanup_exception(call)
+        raised = exception_of(context) if context is not None else True
+        self.lifecycle.finish(job, hold, 1, Reason.NEVER_STARTED, raised=raised)
 
     def _want_run(self, job):
         try:

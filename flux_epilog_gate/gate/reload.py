@@ -56,6 +56,7 @@ class Reload:
             for point in (self.epilog, self.prolog, self.depend):
                 point.recovering(job)
             return True
+        self.epilog.expect(job, state)
         self.prolog.recovered(job, state)
         self.depend.recovered(job, state)
         if not job.at_point:

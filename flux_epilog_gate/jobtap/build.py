@@ -66,12 +66,14 @@ int runtime_seen_jobmanager (flux_plugin_t *p);
 uint64_t runtime_jobmanager_id (flux_plugin_t *p);
 int runtime_add_topic (flux_plugin_t *p, const char *name, int mode);
 int runtime_topic_require (flux_plugin_t *p, int topic, const char *path);
+int runtime_set_job_pattern (flux_plugin_t *p, const char *pattern);
 int runtime_jobspec_update (flux_plugin_t *p, flux_jobid_t id,
                             const char *update);
 int runtime_forward (flux_plugin_t *p, int topic, int on);
 int runtime_mark (flux_plugin_t *p, flux_jobid_t id, int events);
 void runtime_unmark (flux_plugin_t *p, flux_jobid_t id);
 void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id);
+int runtime_watch_exceptions (flux_plugin_t *p, flux_jobid_t id);
 int runtime_want (flux_plugin_t *p, flux_jobid_t id, int topic);
 int runtime_post_event (flux_plugin_t *p, flux_jobid_t id, const char *name,
                         const char *context);

@@ -33,6 +33,20 @@ class Marks:
         plugin's topics) to Python: :meth:`mark` with events."""
         self.mark(jobid, events=True)
 
+    def watch_exceptions(self, jobid):
+        """Mark the job and send its ``job.event.exception`` calls, with no
+        subscription to its events: from the instance's ``job-exception``
+        events (each exception a request or a plugin raises), a little
+        after the exception was posted, with its ``type`` and
+        ``severity`` but no ``note``.  Once a job has had a subscriber
+        the job-manager packs its arguments for every later event of it,
+        asked for or not: a plugin that needs only a job's exceptions
+        costs it nothing per event this way.  A job that has had an
+        exception already is subscribed instead (its ``job-exception``
+        may still be on its way).  Until the job is unmarked."""
+        jobtap = self.jobtap
+        jobtap.check(jobtap.lib.runtime_watch_exceptions(jobtap.p, jobid))
+
     def want(self, jobid, topic):
         """Also send the marked job's calls of topic ``topic``, declared
         ``wanted=True``."""

@@ -32,6 +32,7 @@ import syslog
 import traceback
 
 from .facade import Jobtap
+from .pattern import job_pattern
 
 #: How a job topic reaches Python (runtime.c's enum runtime_topic_mode).
 MARKED, EVERY_JOB, WANTED, SWITCHED = "marked", "every_job", "wanted", "switched"
@@ -343,6 +344,7 @@ class _Runtime:
         }
         self.topic_modes = [(t, modes[m], r) for t, m, r, _, _ in cls._job_topics]
         self.topics = {t[0]: i for i, t in enumerate(cls._job_topics)}
+        self.job_pattern = job_pattern(self.topics).encode()
         self.plugin_topics = {
             lib.RUNTIME_PLUGIN_CONF: cls._plugin_topics.get("conf.update"),
             lib.RUNTIME_PLUGIN_QUERY: cls._plugin_topics.get("plugin.query"),
@@ -365,6 +367,7 @@ class _Runtime:
                     jobtap.check(
                         self.lib.runtime_topic_require(p, index, requires.encode())
                     )
+            jobtap.check(self.lib.runtime_set_job_pattern(p, self.job_pattern))
             plugin = self.cls(jobtap)
         except Exception:
             self.log(p, f"init: {_last_lines()}")

@@ -51,11 +51,13 @@ enum runtime_plugin_topic {
 /* The same key in every plugin built on this runtime (no RUNTIME_NAME). */
 #define RUNTIME_JM_ID "jobtap-runtime::job-manager-id"
 /* Matches job.state.* and job.event.*, nothing else (no other jobtap
- * topic begins "job.s" or "job.e"; see below).  Short, because in a UTF-8
- * locale fnmatch() converts the whole pattern to wide characters at each
- * call: this one costs about 1,340 instructions a call where the spelled
- * out "job.[se][tv][ae][tn][et].*" cost 1,760, and it is matched against
- * every jobtap call of every job while the plugin keeps a job.
+ * topic begins "job.s" or "job.e"; see below): the handler's pattern
+ * until the plugin sets a narrower one (runtime_set_job_pattern).  Short,
+ * because in a UTF-8 locale fnmatch() converts the whole pattern to wide
+ * characters at each call: this one costs about 1,320 instructions a call
+ * where the spelled out "job.[se][tv][ae][tn][et].*" cost 1,760, and it
+ * is matched against every jobtap call of every job while the plugin
+ * keeps a job.
  */
 #define RUNTIME_JOB_TOPICS "job.[se]*"
 /* Matches conf.update and plugin.query. */
@@ -101,6 +103,7 @@ struct runtime_ctx {
     int ntopics;
     int marked;         /* jobs carrying our mark */
     int job_handler;    /* the handler of job.state.* / job.event.* is on */
+    char job_pattern[32]; /* its pattern */
     int new_handler;    /* the handler of job.new is on */
     int plugin_handler; /* the handler of conf.update / plugin.query is on */
     flux_msg_handler_t *callers[RUNTIME_NCALLERS];
@@ -108,6 +111,7 @@ struct runtime_ctx {
     flux_watcher_t *idle;   /* runtime_plugin_topics (off), deferred */
     struct runtime_method *methods;
     struct runtime_commit *commits; /* KVS commits in flight */
+    flux_msg_handler_t *exceptions; /* the instance's job-exception events */
 };
 
 /* A request of runtime_callers passed on to the job-manager, while it is
@@ -125,6 +129,7 @@ struct runtime_mark {
     struct runtime_ctx *ctx;
     int marked;
     int subscribed;     /* the job-manager counts each subscription */
+    int exceptions;     /* its job.event.exception from job-exception */
     unsigned int wants;
 };
 
@@ -319,11 +324,11 @@ static int runtime_sync_handlers (struct runtime_ctx *ctx)
     if (want == ctx->job_handler)
         return 0;
     if (want) {
-        if (flux_plugin_add_handler (ctx->p, RUNTIME_JOB_TOPICS,
+        if (flux_plugin_add_handler (ctx->p, ctx->job_pattern,
                                      runtime_job_cb, ctx) < 0)
             return -1;
     }
-    else if (flux_plugin_remove_handler (ctx->p, RUNTIME_JOB_TOPICS) < 0)
+    else if (flux_plugin_remove_handler (ctx->p, ctx->job_pattern) < 0)
         return -1;
     ctx->job_handler = want;
     return 0;
@@ -861,6 +866,10 @@ static void runtime_ctx_destroy (void *arg)
     }
     for (size_t i = 0; i < RUNTIME_NCALLERS; i++)
         flux_msg_handler_destroy (ctx->callers[i]);
+    /* The broker's subscription stays: another plugin of this
+     * job-manager may have one to the same topic.
+     */
+    flux_msg_handler_destroy (ctx->exceptions);
     flux_watcher_destroy (ctx->idle);
     while (ctx->passes)
         runtime_pass_unlink (ctx->passes);
@@ -897,6 +906,8 @@ int flux_plugin_init (flux_plugin_t *p)
     if (!(ctx = calloc (1, sizeof (*ctx))))
         return -1;
     ctx->p = p;
+    snprintf (ctx->job_pattern, sizeof (ctx->job_pattern), "%s",
+              RUNTIME_JOB_TOPICS);
     if (flux_plugin_aux_set (p, RUNTIME_CTX, ctx, runtime_ctx_destroy) < 0) {
         free (ctx);
         return -1;
@@ -996,6 +1007,28 @@ int runtime_add_topic (flux_plugin_t *p, const char *name, int mode)
     ctx->topics[ctx->ntopics].on = 0;
     ctx->topics[ctx->ntopics].require[0] = '\0';
     return ctx->ntopics++;
+}
+
+/* The pattern of the handler of the plugin's job.state.* and job.event.*
+ * topics, narrower than RUNTIME_JOB_TOPICS: a job.state.* topic that no
+ * other plugin handles is called by the job-manager, for every job, only
+ * because some handler matches it, and that call (its arguments packed,
+ * every handler of every plugin matched) costs far more than a longer
+ * pattern does.  Only while the handler is off: the pattern it was added
+ * with is the one it is removed with.
+ */
+int runtime_set_job_pattern (flux_plugin_t *p, const char *pattern)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+
+    if (!ctx)
+        return -1;
+    if (ctx->job_handler || strlen (pattern) >= sizeof (ctx->job_pattern)) {
+        errno = EINVAL;
+        return -1;
+    }
+    snprintf (ctx->job_pattern, sizeof (ctx->job_pattern), "%s", pattern);
+    return 0;
 }
 
 /* Forward topic 'i' only for jobs whose jobspec has key 'path'. */
@@ -1109,8 +1142,10 @@ void runtime_unmark (flux_plugin_t *p, flux_jobid_t id)
     struct runtime_ctx *ctx = runtime_ctx_get (p);
 
     flux_jobtap_job_unsubscribe (p, id);
-    if (mark)
+    if (mark) {
         mark->subscribed = 0;
+        mark->exceptions = 0;
+    }
     if (mark && mark->marked) {
         mark->marked = 0;
         mark->ctx->marked--;
@@ -1130,6 +1165,99 @@ void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id)
         flux_jobtap_job_unsubscribe (p, id);
         mark->subscribed = 0;
     }
+}
+
+/* A job-exception event of the instance: the job-manager publishes one
+ * for every exception raised by a request or a plugin ({id, type,
+ * severity}, no note).  A marked job watched for its exceptions gets
+ * its job.event.exception from here, as if subscribed (unless it is:
+ * then the call came already): the entry's context has no note.
+ */
+static void runtime_exception_cb (flux_t *h,
+                                  flux_msg_handler_t *mh,
+                                  const flux_msg_t *msg,
+                                  void *arg)
+{
+    struct runtime_ctx *ctx = arg;
+    flux_plugin_t *p = ctx->p;
+    struct runtime_mark *mark;
+    flux_plugin_arg_t *args;
+    flux_jobid_t id;
+    const char *type;
+    int severity, state, i;
+    json_int_t userid;
+
+    if (flux_event_unpack (msg, NULL, "{s:I s:s s:i}",
+                           "id", &id,
+                           "type", &type,
+                           "severity", &severity) < 0
+        || !(mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK))
+        || !mark->marked || !mark->exceptions || mark->subscribed
+        || (i = runtime_topic_index (ctx, "job.event.exception")) < 0
+        || (ctx->topics[i].mode == RUNTIME_TOPIC_SWITCHED
+            && !ctx->topics[i].on)
+        || !ctx->self)
+        return;
+    if (!(args = flux_jobtap_job_lookup (p, id)))
+        return;
+    if (flux_plugin_arg_pack (args,
+                              FLUX_PLUGIN_ARG_IN,
+                              "{s:{s:s s:{s:s s:i}}}",
+                              "entry",
+                                "name", "exception",
+                                "context",
+                                  "type", type,
+                                  "severity", severity) == 0
+        && flux_plugin_arg_unpack (args,
+                                   FLUX_PLUGIN_ARG_IN,
+                                   "{s:i s:I}",
+                                   "state", &state,
+                                   "userid", &userid) == 0)
+        (void)runtime_py_job (ctx->self, i, id, state, (uint32_t)userid, args);
+    flux_plugin_arg_destroy (args);
+}
+
+/* Send the marked job's job.event.exception calls from the instance's
+ * job-exception events, not by subscribing to its events: once a job has
+ * had a subscriber, the job-manager packs the job's arguments for each
+ * later event of it, about 20k instructions an event, whoever listens.
+ * The first call subscribes the job-manager to the events.  A job that
+ * has had an exception already is subscribed instead: its job-exception
+ * event may still be on its way, and would be taken for a later one.
+ */
+int runtime_watch_exceptions (flux_plugin_t *p, flux_jobid_t id)
+{
+    struct runtime_ctx *ctx = runtime_ctx_get (p);
+    struct runtime_mark *mark;
+    flux_t *h = flux_jobtap_get_flux (p);
+    int raised;
+
+    if (!ctx || (raised = flux_jobtap_job_event_posted (p, id, "exception")) < 0)
+        return -1;
+    if (raised)
+        return runtime_mark (p, id, 1);
+    if (runtime_mark (p, id, 0) < 0
+        || !(mark = flux_jobtap_job_aux_get (p, id, RUNTIME_MARK)))
+        return -1;
+    if (!ctx->exceptions) {
+        struct flux_match match = FLUX_MATCH_EVENT;
+        flux_future_t *f;
+
+        match.topic_glob = "job-exception";
+        if (!(f = flux_event_subscribe_ex (h, "job-exception", 0)))
+            return -1;
+        /* Its answer is not waited for (the reactor is the
+         * job-manager's): the subscription holds once the broker has it.
+         */
+        flux_future_destroy (f);
+        if (!(ctx->exceptions = flux_msg_handler_create (h, match,
+                                                         runtime_exception_cb,
+                                                         ctx)))
+            return -1;
+        flux_msg_handler_start (ctx->exceptions);
+    }
+    mark->exceptions = 1;
+    return 0;
 }
 
 /* While it is marked, also send the job's calls of WANTED topic 'i'. */

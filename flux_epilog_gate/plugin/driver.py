@@ -306,22 +306,19 @@ class GateDriver(Plugin):
         if self.driving and self.jobtap.p is not None and not self.jobtap.unloading:
             wanted = self.gate.has_listeners()
             self.jobtap.marks.forward("job.event.exception", wanted)
-            self._send_wanted_events()
+            self._watch_wanted_exceptions()
 
-    def _send_wanted_events(self):
-        """A job's exception reaches a plugin only if the job's events
-        are sent to it: each tracked job's that a listener wants now (the
-        listeners ask for more as they need them, see
-        :meth:`~flux_epilog_gate.gate.Gate.send_events`; else only those
-        the epilog point waits on are sent).  Each event of a job whose
-        events are sent costs the job-manager a call with the job's
-        arguments packed, so no job's are asked for before they matter."""
+    def _watch_wanted_exceptions(self):
+        """A job's exception reaches a plugin only if it is watched for:
+        each tracked job's that a listener wants now (the listeners ask
+        for more as they need them, see
+        :meth:`~flux_epilog_gate.gate.Gate.watch_exceptions`)."""
         port, gate = self.port, self.gate
         for jobid in gate.job_ids():
             if not gate.want_events(jobid):
                 continue
             try:
-                port.track(jobid, events=True)
+                port.watch_exceptions(jobid)
             except OSError as exc:
                 # Gone meanwhile: its job.state.inactive tells the gate.
                 port.log(syslog.LOG_DEBUG, f"{f58(jobid)}: tracking: {exc}")
@@ -418,17 +415,18 @@ class GateDriver(Plugin):
         if rules:
             self.gate.apply_rules(job.id, rule_attributes(job, rules))
 
-    @job_topic("job.state.cleanup", id_only=True)
-    def on_cleanup(self, jobid):
+    @job_topic("job.state.cleanup")
+    def on_cleanup(self, job):
         # self.driving and self.fault(), written out: this is every held
-        # job's activation.
+        # job's activation.  The job's arguments are read only if a
+        # prolog hold is aborted (its fatal exception is recorded).
         host = self.host
         if host is None or host.driver is not self:
             return
         gate = self.gate
         if gate.context.config.fault is not None:
             self.fault("job")
-        gate.on_cleanup(jobid)
+        gate.on_cleanup(job.id, job)
 
     @job_topic("job.state.inactive", id_only=True)
     def on_inactive(self, jobid):

@@ -63,6 +63,19 @@ def served(jobtap, path):
     return target
 
 
+def fatal_exception(job):
+    """The context of the fatal exception that moved ``job`` (the jobtap
+    ``Job`` of a job.state.* call) to its state, or None if its entry is
+    another event: the entry alone is decoded."""
+    entry = job.get("entry")
+    if not isinstance(entry, dict) or entry.get("name") != "exception":
+        return None
+    context = entry.get("context")
+    if isinstance(context, dict) and context.get("severity") == 0:
+        return context
+    return None
+
+
 class GatePort:
     """The job-manager, as the gate sees it (the runtime's ``jobtap``
     of one plugin instance)."""
@@ -205,11 +218,6 @@ class GatePort:
     def untrack(self, jobid):
         self._unmark(self.jobtap.p, jobid)
 
-    def untrack_events(self, jobid):
-        """Stop sending the tracked job's events (``track`` with
-        ``events`` asks for them again)."""
-        self.jobtap.marks.unsubscribe(jobid)
-
     def job_cleanup(self):
         """True if the instance's shutdown runs flux-core's job cleanup
         step: rc1 pushes it unless ``FLUX_DISABLE_JOB_CLEANUP`` is set in
@@ -219,6 +227,16 @@ class GatePort:
     def want_run(self, jobid):
         """Also send the tracked job's job.state.run to the gate."""
         self.jobtap.marks.want(jobid, RUN_TOPIC)
+
+    def watch_exceptions(self, jobid):
+        """See ``Marks.watch_exceptions``: no subscription to the job's
+        events, so none of its later events costs the job-manager a
+        call."""
+        self.jobtap.marks.watch_exceptions(jobid)
+
+    def cleanup_exception(self, call):
+        """``call``: the job.state.cleanup call's job (a jobtap ``Job``)."""
+        return fatal_exception(call)
 
     # Answers
 

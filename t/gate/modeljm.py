@@ -51,6 +51,7 @@ from flux_epilog_gate.gate.holdlog import MARKER
 from flux_epilog_gate.gate.holds import stamp
 from flux_epilog_gate.gate.lost import LOST_FOUND
 from flux_epilog_gate.jobid import f58
+from flux_epilog_gate.plugin.port import fatal_exception
 
 _ffi = cffi.FFI()
 
@@ -408,6 +409,8 @@ class JobtapPort:
         self.open = True
         self.marks = {}
         self.wants = set()
+        #: Jobs whose exceptions are watched (runtime_watch_exceptions).
+        self.exceptions = set()
         self.timers = []
         self.logs = []
         #: Streams this port answered, by sink: the activations sent.
@@ -429,6 +432,11 @@ class JobtapPort:
 
     def subscribed(self, jobid):
         return self.marks.get(jobid, False)
+
+    def watched(self, jobid):
+        """The job's exceptions come from the instance's job-exception
+        events (without a note)."""
+        return jobid in self.marks and jobid in self.exceptions
 
     def wanted(self, jobid, state):
         return jobid in self.marks and jobid in self.wants
@@ -493,6 +501,9 @@ class JobtapPort:
     def want_run(self, jobid):
         self.wants.add(jobid)
 
+    def cleanup_exception(self, call):
+        return fatal_exception(call)
+
     def track(self, jobid, events=False):
         if jobid not in self.jm.jobs:
             raise _oserror(errno.ENOENT)
@@ -501,10 +512,15 @@ class JobtapPort:
 
     def untrack(self, jobid):
         self.marks.pop(jobid, None)
+        self.exceptions.discard(jobid)
 
-    def untrack_events(self, jobid):
-        if jobid in self.marks:
-            self.marks[jobid] = False
+    def watch_exceptions(self, jobid):
+        # As the runtime: a job that had an exception is subscribed.
+        if self.posted(jobid, "exception"):
+            self.track(jobid, events=True)
+            return
+        self.track(jobid)
+        self.exceptions.add(jobid)
 
     def timer(self, delay, callback):
         timer = FakeTimer(self, self.now() + delay, callback)

@@ -166,6 +166,36 @@ def test_a_prolog_hold_told_to_end_at_abort_ends_with_status_1(port, gate, recov
     assert exceptions(port) == []
 
 
+@pytest.mark.parametrize(
+    "context, recorded",
+    [
+        ({"type": "cancel", "severity": 0, "note": "by user"}, True),
+        ({"severity": 0, "note": "no type"}, False),
+        (None, False),
+    ],
+    ids=["fatal", "untyped", "another-event"],
+)
+def test_a_prolog_hold_ended_at_abort_records_the_jobs_exception(
+    port, gate, context, recorded
+):
+    """The job's fatal exception, read from what its entry to CLEANUP
+    came with, is recorded with the end (a crash that loses it has it
+    raised again, as a releaser's); without one, none is."""
+    gate.end_when_aborted("dws-setup")
+    port.add_job(JOB, SCHED, USER)
+    gate.hold(JOB, "dws-setup", point=PROLOG)
+    port.set_state(JOB, RUN)
+    gate.on_run(JOB)
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB, context)
+    releases = [c for t, n, c in logged(port)[JOB] if n == RELEASE_EVENT]
+    expected = {"description": "dws-setup", "status": 1}
+    if recorded:
+        expected["exception"] = {"type": "cancel", "severity": 0, "note": "by user"}
+    assert releases == [expected]
+    assert exceptions(port) == []
+
+
 def test_other_prolog_holds_stay_until_released(port, gate):
     gate.end_when_aborted("dws-setup")
     port.add_job(JOB, SCHED, USER)
