@@ -257,15 +257,28 @@ def _reload_in_background(inst):
 SPACING = 0.005
 
 
+def _count_a_hold(handle):
+    """Make the gate's ``held`` counter not 0, changing nothing else: a
+    hold placed on a job of its own and released while pending (no
+    event, nothing listed or watched), the job cancelled."""
+    jobid = submit(handle, urgency=0)
+    gate = EpilogGate(handle)
+    gate.hold(jobid, "count")
+    assert gate.release(jobid, "count") == {"released": True}
+    flux.job.cancel(handle, jobid)
+
+
 def _first_on_new_gate(inst, send):
     """Reload the job-manager while sending, every few milliseconds, a
     ``query`` and right behind it on the same connection the request
     ``send(handle)`` makes; return the future of the first request that
     reached the new job-manager (its query answered with fresh counters:
-    the old gate's ``held`` is not 0).  Requests sent while the new
+    the old gate's ``held`` is not 0, even if it is itself the gate of a
+    reload, which placed no hold).  Requests sent while the new
     job-manager loads are queued for it, so the first reaches it as soon
     as it runs, when its recovery has just begun."""
     handle = inst.handle()
+    _count_a_hold(handle)
     thread, done = _reload_in_background(inst)
     pairs = []
     deadline = time.time() + 120
