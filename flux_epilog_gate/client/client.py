@@ -27,9 +27,15 @@ __all__ = ["EpilogGate", "NoAnswerError"]
 
 
 def _jobid(jobid):
-    """Any Flux job id form (int, f58, decimal, hex, words) as an int."""
+    """Any Flux job id form (int, f58, decimal, hex, words) as an int;
+    TypeError for anything else (flux-core's parser would take a float
+    or a bool for an id, or fail naming its C signature)."""
     if type(jobid) is int:
         return jobid
+    if isinstance(jobid, bool) or not isinstance(jobid, (int, str)):
+        raise TypeError(
+            "job id: expected an integer or a string, " f"not {type(jobid).__name__}"
+        )
     # Imported when needed: flux.job is a long import for a command.
     from flux.job import JobID
 
