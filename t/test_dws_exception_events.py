@@ -76,3 +76,17 @@ def test_only_the_jobs_own_exception_tears_its_epilog_down(live, forged, kind):
     events = eventlog(h, jobid)
     assert [c["status"] for c in contexts(events, "epilog-finish", "dws-epilog")] == [0]
     assert [e.context["type"] for e in events if e.name == "exception"] == ["cancel"]
+
+
+def test_reloads_leave_one_teardown_per_exception(live):
+    # Each load subscribes the job-manager to job-exception again; an
+    # exception still reaches the loaded plugin once.
+    inst, h, service = live
+    jobid = submit(h, duration=0.1, **DW)
+    wait_event(h, jobid, "epilog-start", match=described("dws-epilog"))
+    for _ in range(3):
+        inst.flux("jobtap", "remove", "dws.so")
+        inst.flux("jobtap", "load", plugin_path("dws"))
+    inst.flux("job", "raise", "--type=cancel", str(jobid), "after reloads")
+    wait_inactive(h, jobid)
+    assert service.requests("dws.teardown").count({"jobid": jobid}) == 1
