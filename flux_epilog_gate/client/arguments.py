@@ -8,8 +8,6 @@ import math
 import pwd
 import re
 
-from flux.util import parse_fsd
-
 #: The states ``list --states`` takes.
 STATES = ("pending", "active")
 
@@ -34,17 +32,13 @@ def jobid(text):
 
 
 def timeout(text):
-    """A Flux Standard Duration greater than 0 (``90``, ``90s``, ``10m``)."""
-    from ..gate.config import ConfigError, duration_problem, parse_duration
+    """A Flux Standard Duration greater than 0 (``90``, ``90s``, ``10m``),
+    read as the configuration reads one: ASCII digits, no spaces (what
+    flux-core's C reader takes; ``flux.util.parse_fsd`` would also take
+    ``1_0s`` and ``10 m``)."""
+    from ..gate.config import ConfigError, parse_duration
 
     try:
-        seconds = parse_fsd(text)
-    except ValueError:
-        seconds = None
-    if seconds is not None and duration_problem(seconds) is None:
-        return seconds
-    try:
-        # The configuration's parser reads the same and says what is wrong.
         return parse_duration(text, "timeout")
     except ConfigError as exc:
         problem = str(exc)[len("timeout: ") :]

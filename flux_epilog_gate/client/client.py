@@ -8,7 +8,6 @@ import time
 
 import flux
 from flux.core.inner import raw
-from flux.util import parse_fsd
 
 from ..listentry import columns_of
 from .rpc import GateRPC, NoAnswerError
@@ -78,7 +77,10 @@ class EpilogGate:
         """Start a hold request (see :meth:`hold`); returns the future."""
         payload = {"id": _jobid(jobid), "description": description}
         if isinstance(timeout, str):
-            timeout = parse_fsd(timeout)
+            from ..gate.config import parse_duration
+
+            # As the configuration reads one (ValueError naming it if not).
+            timeout = parse_duration(timeout, "timeout")
         if timeout is not None:
             payload["timeout"] = timeout
         if point is not None:
@@ -88,7 +90,9 @@ class EpilogGate:
     def hold(self, jobid, description, timeout=None, point=None):
         """Register hold ``description`` on ``jobid``; return the hold
         (``{id, description, state}``).  ``timeout``: seconds, or a Flux
-        Standard Duration such as ``"10m"``; ``point="prolog"`` holds the
+        Standard Duration such as ``"10m"`` (ASCII digits, no spaces, as
+        the configuration takes one; else ValueError, nothing sent);
+        ``point="prolog"`` holds the
         job's start instead of its clean, ``point="depend"`` keeps the job
         in DEPEND."""
         return self.hold_async(jobid, description, timeout, point).get()

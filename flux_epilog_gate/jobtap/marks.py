@@ -43,7 +43,9 @@ class Marks:
         asked for or not: a plugin that needs only a job's exceptions
         costs it nothing per event this way.  A job that has had an
         exception already is subscribed instead (its ``job-exception``
-        may still be on its way).  Until the job is unmarked."""
+        may still be on its way); an event for a job with no exception
+        in its eventlog is not the job-manager's, and is dropped.  Until
+        the job is unmarked."""
         jobtap = self.jobtap
         jobtap.check(jobtap.lib.runtime_watch_exceptions(jobtap.p, jobid))
 

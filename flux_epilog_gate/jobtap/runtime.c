@@ -1171,7 +1171,10 @@ void runtime_unsubscribe (flux_plugin_t *p, flux_jobid_t id)
  * for every exception raised by a request or a plugin ({id, type,
  * severity}, no note).  A marked job watched for its exceptions gets
  * its job.event.exception from here, as if subscribed (unless it is:
- * then the call came already): the entry's context has no note.
+ * then the call came already): the entry's context has no note.  An
+ * event for a job whose eventlog has no exception is not the
+ * job-manager's (anyone with the owner's role may publish one) and is
+ * dropped.
  */
 static void runtime_exception_cb (flux_t *h,
                                   flux_msg_handler_t *mh,
@@ -1196,7 +1199,8 @@ static void runtime_exception_cb (flux_t *h,
         || (i = runtime_topic_index (ctx, "job.event.exception")) < 0
         || (ctx->topics[i].mode == RUNTIME_TOPIC_SWITCHED
             && !ctx->topics[i].on)
-        || !ctx->self)
+        || !ctx->self
+        || flux_jobtap_job_event_posted (p, id, "exception") <= 0)
         return;
     if (!(args = flux_jobtap_job_lookup (p, id)))
         return;
