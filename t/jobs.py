@@ -316,3 +316,11 @@ def cli_instance(*active):
             os.environ.pop("FLUX_URI")
             if saved is not None:
                 os.environ["FLUX_URI"] = saved
+
+
+class Quiet(tuple):
+    """A module's live objects (an instance, its handle...) handed to a
+    hypothesis test by a fixture: a plain repr for hypothesis' reports."""
+
+    def __repr__(self):
+        return f"{type(self).__name__}()"

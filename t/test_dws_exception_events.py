@@ -12,7 +12,7 @@ import pytest
 from dwsfake import DW, FakeDws, contexts
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from jobs import described, eventlog, submit, wait_event, wait_inactive
+from jobs import Quiet, described, eventlog, submit, wait_event, wait_inactive
 from jsonstrategies import ANY_JSON, SCALARS
 
 from flux_epilog_gate.paths import plugin_path
@@ -27,21 +27,13 @@ BOUNDED = settings(
 )
 
 
-class Live(tuple):
-    """The instance, its handle and the fake service (a plain repr, for
-    hypothesis' reports)."""
-
-    def __repr__(self):
-        return "Live()"
-
-
 @pytest.fixture(scope="module")
 def live():
     with tempfile.TemporaryDirectory(prefix="dws-exc-") as tmp:
         with Instance(cores=8, plugin=plugin_path("dws")) as inst:
             service = FakeDws(inst, tmp, "--post-run-hang")
             try:
-                yield Live((inst, inst.handle(), service))
+                yield Quiet((inst, inst.handle(), service))
             finally:
                 service.stop()
 

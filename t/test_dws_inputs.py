@@ -8,7 +8,7 @@ import flux.job
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-from jobs import eventlog, names, submit, wait_event, wait_inactive
+from jobs import Quiet, eventlog, names, submit, wait_event, wait_inactive
 from jsonstrategies import ANY_JSON, SCALARS
 
 from flux_epilog_gate.dws.constraints import ConstraintError, combine
@@ -53,14 +53,6 @@ def test_combine_refuses_a_non_boolean_allow_rabbits(allow):
         combine({"allow_rabbits": allow}, {"properties": ["x"]})
 
 
-class Live(tuple):
-    """The instance, its handle and the bystander job (a plain repr, for
-    hypothesis' reports)."""
-
-    def __repr__(self):
-        return "Live()"
-
-
 @pytest.fixture(scope="module")
 def live():
     with Instance(cores=8, plugin=plugin_path("dws")) as inst:
@@ -69,7 +61,7 @@ def live():
         # job: no request may change it.
         bystander = submit(h, duration=300)
         wait_event(h, bystander, "start")
-        yield Live((inst, h, bystander))
+        yield Quiet((inst, h, bystander))
         flux.job.cancel(h, bystander)
         wait_inactive(h, bystander)
 

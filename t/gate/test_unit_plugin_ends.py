@@ -155,12 +155,7 @@ def test_a_prolog_hold_told_to_end_at_abort_ends_with_status_1(port, gate, recov
         ]
         recover(port, gate, CLEANUP, events)
     else:
-        port.add_job(JOB, SCHED, USER)
-        gate.hold(JOB, "dws-setup", point=PROLOG)
-        port.set_state(JOB, RUN)
-        gate.on_run(JOB)
-        port.set_state(JOB, CLEANUP)
-        gate.on_cleanup(JOB)
+        _aborted_in_prolog(port, gate, "dws-setup")
     assert [c["status"] for c in finishes(port, "prolog-finish")] == [1]
     # The job's fatal exception is its own.
     assert exceptions(port) == []
@@ -182,12 +177,7 @@ def test_a_prolog_hold_ended_at_abort_records_the_jobs_exception(
     came with, is recorded with the end (a crash that loses it has it
     raised again, as a releaser's); without one, none is."""
     gate.end_when_aborted("dws-setup")
-    port.add_job(JOB, SCHED, USER)
-    gate.hold(JOB, "dws-setup", point=PROLOG)
-    port.set_state(JOB, RUN)
-    gate.on_run(JOB)
-    port.set_state(JOB, CLEANUP)
-    gate.on_cleanup(JOB, context)
+    _aborted_in_prolog(port, gate, "dws-setup", context)
     releases = [c for t, n, c in logged(port)[JOB] if n == RELEASE_EVENT]
     expected = {"description": "dws-setup", "status": 1}
     if recorded:
@@ -198,12 +188,7 @@ def test_a_prolog_hold_ended_at_abort_records_the_jobs_exception(
 
 def test_other_prolog_holds_stay_until_released(port, gate):
     gate.end_when_aborted("dws-setup")
-    port.add_job(JOB, SCHED, USER)
-    gate.hold(JOB, "bb-setup", point=PROLOG)
-    port.set_state(JOB, RUN)
-    gate.on_run(JOB)
-    port.set_state(JOB, CLEANUP)
-    gate.on_cleanup(JOB)
+    _aborted_in_prolog(port, gate, "bb-setup")
     assert finishes(port, "prolog-finish") == []
     assert gate.jobs[JOB].holds["bb-setup"].aborted
 
@@ -235,3 +220,14 @@ def test_a_failed_prolog_hold_of_a_job_with_its_fatal_exception_gets_none_more(
     recover(port, gate, CLEANUP, events)
     assert [c["status"] for c in finishes(port, "prolog-finish")] == [1]
     assert exceptions(port) == []
+
+
+def _aborted_in_prolog(port, gate, description, context=None):
+    """A job held at its start by ``description``, entered RUN (the hold
+    active), then CLEANUP (``context``: what its entry came with)."""
+    port.add_job(JOB, SCHED, USER)
+    gate.hold(JOB, description, point=PROLOG)
+    port.set_state(JOB, RUN)
+    gate.on_run(JOB)
+    port.set_state(JOB, CLEANUP)
+    gate.on_cleanup(JOB, context)
