@@ -10,21 +10,16 @@ import tempfile
 
 import pytest
 from dwsfake import DW, FakeDws, contexts
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jobs import Quiet, described, eventlog, submit, wait_event, wait_inactive
 from jsonstrategies import ANY_JSON, SCALARS
 
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
-BOUNDED = settings(
-    max_examples=15,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+BOUNDED = bounded(15)
 
 
 @pytest.fixture(scope="module")

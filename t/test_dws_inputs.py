@@ -6,8 +6,9 @@ import json
 
 import flux.job
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jobs import Quiet, eventlog, names, submit, wait_event, wait_inactive
 from jsonstrategies import ANY_JSON, SCALARS
 
@@ -15,13 +16,7 @@ from flux_epilog_gate.dws.constraints import ConstraintError, combine
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
-BOUNDED = settings(
-    max_examples=40,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+BOUNDED = bounded(40)
 
 CONSTRAINT = st.dictionaries(
     st.sampled_from(["properties", "hostlist", "not", "and"]), ANY_JSON, max_size=2

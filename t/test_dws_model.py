@@ -43,9 +43,9 @@ from dwsmodel import (
     ServiceCalls,
 )
 from gate.modeljm import CLEANUP, INACTIVE, RUN, SCHED, Clock, FakeKVS
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis_settings import running, stateful
 
 from flux_epilog_gate.dws.plugin import Dws
 from flux_epilog_gate.gate.holdlog import MARKER
@@ -477,14 +477,7 @@ class DwsModel(RuleBasedStateMachine):
         assert not self.violations and not logged, self.violations + logged
 
 
-DwsModel.TestCase.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    derandomize=not SOAK,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-TestDwsModel = DwsModel.TestCase
+TestDwsModel = stateful(DwsModel, EXAMPLES, STEPS, SOAK)
 
 
 # Sequences the machine found, kept as examples.
@@ -492,9 +485,7 @@ TestDwsModel = DwsModel.TestCase
 
 @pytest.fixture
 def model():
-    machine = DwsModel()
-    yield machine
-    machine.teardown()
+    yield from running(DwsModel)
 
 
 #: A created job's storage set up, its run started and ended.

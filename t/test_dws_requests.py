@@ -18,8 +18,9 @@ import flux.job
 import pytest
 from dwsfake import DW, SLOT, FakeDws, contexts, listed
 from flux.job import JobspecV1
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jobs import (
     described,
     eventlog,
@@ -167,13 +168,7 @@ def depend_instance(dws_so):
         yield inst
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@bounded(12)
 @given(update=UPDATES)
 def test_any_malformed_update_is_refused_with_its_key_and_writes_nothing(
     depend_instance, tmp_path_factory, update

@@ -23,8 +23,9 @@ import flux.job
 import pytest
 from flux.core.inner import ffi, raw
 from flux.message import Message
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jobs import query, submit, wait_event, wait_inactive
 from jsonstrategies import ANY_JSON
 
@@ -55,13 +56,7 @@ POOL = ["a", "b", "bb-teardown", "x.y_z-1", "base", "full-1"]
 #: The plugin's max-holds; one job has that many holds already.
 MAX_HOLDS = 8
 
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+FUZZ = bounded(EXAMPLES)
 
 
 class Ref:

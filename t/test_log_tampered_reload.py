@@ -14,8 +14,9 @@ import itertools
 
 import pytest
 from conftest import restart
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jobs import recorded, submit
 
 from flux_epilog_gate import EpilogGate
@@ -52,13 +53,7 @@ def held(inst, jobid):
     }
 
 
-@settings(
-    max_examples=12,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+@bounded(12)
 @given(tail=st.text(min_size=1, max_size=80).filter(lambda t: not t.endswith("\n")))
 @example(tail="garbage")
 @example(tail='{"timestamp":1.0,"name":"epilog_gate.hold","context":{"id":1,')

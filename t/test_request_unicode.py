@@ -19,21 +19,16 @@ import json
 
 import pytest
 from dwsfake import DW, SLOT, FakeDws, listed
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jobs import described, eventlog, named, submit, wait_event, wait_inactive
 
 from flux_epilog_gate.dws.validate import PROPERTY_RESERVED, Malformed, check_update
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
-BOUNDED = settings(
-    max_examples=60,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+BOUNDED = bounded(60)
 
 
 class Live:

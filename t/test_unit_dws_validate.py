@@ -9,8 +9,9 @@ import copy
 import re
 
 import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
+from hypothesis_settings import bounded
 from jsonstrategies import any_json
 
 from flux_epilog_gate.dws.constraints import combine
@@ -27,13 +28,7 @@ from flux_epilog_gate.dws.validate import (
 Rv1Set = pytest.importorskip("flux.resource.Rv1Set").Rv1Set
 ResourceRequest = pytest.importorskip("flux.resource.Rv1Pool").ResourceRequest
 
-BOUNDED = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=list(HealthCheck),
-)
+BOUNDED = bounded(150)
 
 #: What the scheduler of a 4-node instance matches constraints against.
 R = {

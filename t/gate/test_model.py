@@ -33,7 +33,6 @@ import syslog
 from collections import Counter
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -41,6 +40,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from hypothesis_settings import running, stateful
 
 from flux_epilog_gate.errors import GateError
 from flux_epilog_gate.gate import CLEANUP, INACTIVE, RUN, SCHED, holdlog
@@ -698,14 +698,7 @@ class GateModel(RuleBasedStateMachine):
                 )
 
 
-GateModel.TestCase.settings = settings(
-    max_examples=EXAMPLES,
-    stateful_step_count=STEPS,
-    deadline=None,
-    derandomize=not SOAK,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-TestGateModel = GateModel.TestCase
+TestGateModel = stateful(GateModel, EXAMPLES, STEPS, SOAK)
 
 
 # Sequences the machine found, kept as examples.
@@ -713,9 +706,7 @@ TestGateModel = GateModel.TestCase
 
 @pytest.fixture
 def model():
-    machine = GateModel()
-    yield machine
-    machine.teardown()
+    yield from running(GateModel)
 
 
 def run_steps(model, *steps):

@@ -11,9 +11,9 @@ so the step lets the KVS apply what was sent before the next one.
 """
 
 import pytest
-from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import rule
+from hypothesis_settings import running, stateful
 
 from flux_epilog_gate.gate.holdlog import KEY
 from flux_epilog_gate.gate.holds import EPILOG, PROLOG
@@ -53,21 +53,12 @@ class TamperModel(GateModel):
         self.kvs.apply_all()
 
 
-TamperModel.TestCase.settings = settings(
-    max_examples=max(EXAMPLES // 4, 10),
-    stateful_step_count=STEPS,
-    deadline=None,
-    derandomize=not SOAK,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-)
-TestTamperModel = TamperModel.TestCase
+TestTamperModel = stateful(TamperModel, max(EXAMPLES // 4, 10), STEPS, SOAK)
 
 
 @pytest.fixture
 def model():
-    machine = TamperModel()
-    yield machine
-    machine.teardown()
+    yield from running(TamperModel)
 
 
 @pytest.mark.parametrize("how", TAMPERS)
