@@ -277,6 +277,15 @@ def test_kvs_commit_failure_reaches_the_callback_as_an_oserror(inst, h, shape, e
     assert answer == {"errno": errnum, "text": os.strerror(errnum)}
 
 
+@pytest.mark.parametrize(
+    "key", ['probe.c.q"uote', "probe.c.back\\slash", "probe.c.t\tab", "probe.c.ünï"]
+)
+def test_kvs_commit_of_a_key_json_must_escape(inst, h, key):
+    # The runtime writes the commit's JSON itself (runtime_commit_payload).
+    assert commit(h, key, "k\n", append=True, sync=True).get() == {}
+    assert kvs_raw(inst, key) == "k\n"
+
+
 def test_kvs_commit_that_cannot_be_sent_raises_and_never_calls_back(h):
     n = next(_commits)
     future = h.rpc("job-manager.probe.commit", {"n": n, "key": "", "value": "x"})

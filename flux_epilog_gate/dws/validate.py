@@ -27,10 +27,11 @@ Nesting is bounded (:data:`MAX_DEPTH`), so that no value can exhaust the
 stack of the job-manager that checks it.
 """
 
-import json
 import re
 
 import flux.hostlist
+
+from .. import jsontext
 
 #: Deepest nesting of ``with`` lists, or of ``and``/``or``/``not``.
 MAX_DEPTH = 64
@@ -103,7 +104,7 @@ def check_no_nul(value, where):
     (every update but a hostile one) is passed by that test alone, a
     walk costing some 500 bytecodes."""
     try:
-        if "\\u0000" not in json.dumps(value):
+        if "\\u0000" not in jsontext.dumps(value):
             return
     except RecursionError:
         pass  # nested deeper than the encoder goes: walked

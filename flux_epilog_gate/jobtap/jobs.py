@@ -2,7 +2,7 @@
 events, raise its exceptions, hold it with a dependency, a prolog or an
 epilog action."""
 
-import json
+from .. import jsontext
 
 
 class Jobs:
@@ -51,7 +51,7 @@ class Jobs:
         if text == jobtap.ffi.NULL:
             raise jobtap.oserror()
         try:
-            return json.loads(jobtap.ffi.string(text))
+            return jsontext.loads(jobtap.ffi.string(text))
         finally:
             jobtap.lib.runtime_free(text)
 
@@ -72,7 +72,7 @@ class Jobs:
         period-delimited keys (``"attributes.system.duration"``) to their
         new values.  A ``jobspec-update`` event records it."""
         jobtap = self.jobtap
-        text = json.dumps(update).encode()
+        text = jsontext.dumps(update).encode()
         jobtap.check(jobtap.lib.runtime_jobspec_update(jobtap.p, jobid, text))
 
     def dependency_add(self, jobid, description):
@@ -104,7 +104,7 @@ class Jobs:
         """Post event ``name`` to the job's eventlog, with ``context`` (a
         dict) if given."""
         jobtap = self.jobtap
-        text = jobtap.ffi.NULL if context is None else json.dumps(context).encode()
+        text = jobtap.ffi.NULL if context is None else jsontext.dumps(context).encode()
         jobtap.check(
             jobtap.lib.runtime_post_event(jobtap.p, jobid, jobtap.name(name), text)
         )

@@ -4,6 +4,8 @@ its requests to other services."""
 import json
 import re
 
+from .. import jsontext
+
 #: A JSON escape of a UTF-16 surrogate: fine as half of a pair, but one
 #: alone is no character (see :func:`decode_json`).
 SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
@@ -18,7 +20,7 @@ def decode_json(data):
     later, when it is encoded for the job-manager (a note, an event, a
     jobspec)."""
     try:
-        value = json.loads(data.decode())
+        value = jsontext.loads(data.decode())
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
     except (json.JSONDecodeError, UnicodeError):
@@ -79,7 +81,7 @@ class Messages:
         jobtap = self.jobtap
         if payload is None:
             return self._respond(jobtap.h, msg, jobtap.ffi.NULL) == 0
-        text = json.dumps(payload, separators=(",", ":")).encode()
+        text = jsontext.dumps_compact(payload).encode()
         return self._respond(jobtap.h, msg, text) == 0
 
     def send_text(self, msg, text):
