@@ -33,6 +33,21 @@ def missing_keys(payload, keys):
     return None
 
 
+def well_formed(payload, keys):
+    """True if :func:`missing_keys` finds nothing wrong: the service's
+    every request, tested with no more steps than it needs."""
+    if type(payload) is not dict:
+        return False
+    jobid = payload.get("id")
+    if type(jobid) is not int or not 0 <= jobid < 2**64:
+        return False
+    for key in keys:
+        if key not in payload:
+            return False
+    errmsg = payload.get("errmsg")
+    return errmsg is None or isinstance(errmsg, str)
+
+
 class Payloads:
     """The service's request payloads, checked; a malformed one raises
     its job's exception through ``jobs`` (:class:`.jobs.Jobs`)."""
@@ -49,6 +64,8 @@ class Payloads:
         except ValueError as exc:
             # Not JSON to flux-core either: no job can be read from it.
             self.malformed(None, method, f"payload is not JSON: {exc}")
+        if well_formed(payload, keys):
+            return payload
         jobid = payload.get("id") if isinstance(payload, dict) else None
         if not (type(jobid) is int and 0 <= jobid < 2**64):
             jobid = None

@@ -19,7 +19,6 @@ the form of each batch taken.
 import errno
 import json
 import syslog
-from contextlib import contextmanager
 
 from .logentries import KEY
 
@@ -86,6 +85,7 @@ class GroupCommit:
         self.retry_timer = None
         # Inside together(): records wait for the end of the block.
         self.gathering = 0
+        self._together = _Together(self)
         #: False from a reload until a commit of this instance succeeds:
         #: the previous instance's commits may still be on their way, and
         #: a lookup meanwhile could read a value they will replace (the
@@ -99,19 +99,12 @@ class GroupCommit:
         """The next batch begins with ``text`` (see :attr:`prefix`)."""
         self.prefix = text
 
-    @contextmanager
     def together(self):
-        """Records added in the block go out in one batch: none is sent
-        before it ends (a caller registering several holds at once,
-        whose first record would otherwise go alone and the others
-        wait for its commit)."""
-        self.gathering += 1
-        try:
-            yield
-        finally:
-            self.gathering -= 1
-            if not self.gathering and self.in_flight is None:
-                self.kick()
+        """A context: records added in the block go out in one batch, none
+        sent before it ends (a caller registering several holds at once,
+        whose first record would otherwise go alone and the others wait
+        for its commit)."""
+        return self._together
 
     def add(self, line, callback):
         """Queue ``line``; ``callback(error)`` once it is durable."""
@@ -360,3 +353,24 @@ def value_treeobj_error(treeobj):
     if kind not in VALUE_TREEOBJS:
         return f"a tree object of type {kind!r}, not a value"
     return None
+
+
+class _Together:
+    """The context of :meth:`GroupCommit.together` (one per group
+    commit, entered as often as nested): a class, as every rabbit job
+    enters it, and a generator's context costs several times more."""
+
+    __slots__ = ("commit",)
+
+    def __init__(self, commit):
+        self.commit = commit
+
+    def __enter__(self):
+        self.commit.gathering += 1
+
+    def __exit__(self, *exc):
+        commit = self.commit
+        commit.gathering -= 1
+        if not commit.gathering and commit.in_flight is None:
+            commit.kick()
+        return False

@@ -325,6 +325,10 @@ class Plugin:
         ]
         cls._plugin_topics = {topic: attr for attr, topic in plugins.items()}
         cls._methods = list(methods.values())
+        # What each request runs, by index, as for a job topic.
+        cls._request_calls = [
+            (method, getattr(cls, attr)) for method, *_, attr in cls._methods
+        ]
 
 
 class _Runtime:
@@ -435,10 +439,10 @@ class _Runtime:
 
     def request(self, handle, msg, index, userid, rolemask, text):
         plugin = self.ffi.from_handle(handle)
-        method, *_, name = plugin._methods[index]
+        method, function = plugin._request_calls[index]
         request = Request(plugin.jobtap, method, msg, userid, rolemask, text)
         try:
-            getattr(plugin, name)(request)
+            function(plugin, request)
         except RequestError as exc:
             plugin.jobtap.messages.respond_error(msg, exc.errnum, exc.message)
         except Exception:
