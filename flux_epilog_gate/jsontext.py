@@ -30,22 +30,37 @@ def _c_encoder(item_separator, key_separator):
     make = _encoder.c_make_encoder
     if make is None:
         return None
-    return make(
-        None,
-        _unencodable,
-        _encoder.encode_basestring_ascii,
-        None,
-        key_separator,
-        item_separator,
-        False,
-        False,
-        True,
-    )
+    try:
+        return make(
+            None,
+            _unencodable,
+            _encoder.encode_basestring_ascii,
+            None,
+            key_separator,
+            item_separator,
+            False,
+            False,
+            True,
+        )
+    except TypeError:
+        # Another Python's signature: json's own way, slower.
+        return None
+
+
+def _c_scanner():
+    """The C scanner of ``json.loads``, or None."""
+    make = _scanner.c_make_scanner
+    if make is None:
+        return None
+    try:
+        return make(json.JSONDecoder())
+    except TypeError:
+        return None
 
 
 _DEFAULT = _c_encoder(", ", ": ")
 _COMPACT = _c_encoder(",", ":")
-_SCAN = _scanner.c_make_scanner(json.JSONDecoder()) if _scanner.c_make_scanner else None
+_SCAN = _c_scanner()
 
 
 def dumps(value):

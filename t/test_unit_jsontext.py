@@ -82,3 +82,24 @@ def test_nesting_past_the_recursion_limit_is_a_recursion_error_both_ways():
     deep = "[" * 100000 + "]" * 100000
     assert outcome(jsontext.loads, deep)[0] == "RecursionError"
     assert outcome(json.loads, deep)[0] == "RecursionError"
+
+
+def test_without_the_c_encoder_and_scanner_json_itself_is_used(monkeypatch):
+    # What another Python, whose C helpers are missing or differ, gets.
+    monkeypatch.setattr(jsontext, "_DEFAULT", None)
+    monkeypatch.setattr(jsontext, "_COMPACT", None)
+    monkeypatch.setattr(jsontext, "_SCAN", None)
+    value = {"a": [1, 2.5, None, "é"]}
+    assert jsontext.dumps(value) == json.dumps(value)
+    assert jsontext.dumps_compact(value) == json.dumps(value, separators=(",", ":"))
+    assert jsontext.loads(json.dumps(value)) == value
+
+
+def test_a_c_helper_of_another_signature_is_left_out(monkeypatch):
+    def other(*args):
+        raise TypeError("takes other arguments")
+
+    monkeypatch.setattr(json.encoder, "c_make_encoder", other)
+    monkeypatch.setattr(json.scanner, "c_make_scanner", other)
+    assert jsontext._c_encoder(",", ":") is None
+    assert jsontext._c_scanner() is None
