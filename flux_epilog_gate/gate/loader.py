@@ -333,6 +333,8 @@ class Load:
         self.started = True
         if self.carried is not None:
             self.gate.resume(self.seen)
+            # What the previous instance was still reading, read again.
+            self.gate.losses.recheck()
             if self.partial and self.log:
                 self.gate.losses.check_unseen(self.log, self.seen)
         elif self.log:

@@ -51,6 +51,7 @@ from .holds import (
     Hold,
     Reason,
 )
+from .logentries import hold_entry
 from .lostrecord import entry_of
 from .states import INACTIVE
 
@@ -103,6 +104,11 @@ class Losses:
         # flood the log).
         self._reading = 0
         self._unknown = 0
+        # The jobs check_unseen is reading, with their holds
+        # (``{description: point}``), until what became of them is
+        # known: a reload, whose new plugin instance does not get the
+        # reads' answers, reads them again (recheck()).
+        self._checking = {}
 
     def inactive(self, job):
         """``job`` went inactive: report its pending epilog holds; return
@@ -124,19 +130,47 @@ class Losses:
         job that the log leaves with a hold, and report the holds it
         lost."""
         unseen = [
-            (jobid, live)
+            (jobid, live, entries)
             for jobid, entries in logged.items()
-            if jobid not in seen and (live := live_in_log(entries))
+            if jobid not in seen
+            and jobid not in self._checking
+            and (live := live_in_log(entries))
         ]
         # Counted before any is read: an answer may come at once.
         self._reading += len(unseen)
-        for jobid, live in unseen:
-            self.context.port.read_eventlog(
-                jobid,
-                lambda events, error, jobid=jobid, live=live: self.ended(
-                    jobid, live, events, error
-                ),
-            )
+        for jobid, live, entries in unseen:
+            self._checking[jobid] = dict(live)
+            # Until it is known what became of them, snapshots keep them.
+            self.holdlog.keep_unchecked(jobid, live_entries(jobid, entries))
+        for jobid, live, _ in unseen:
+            self._read(jobid, live)
+
+    def recheck(self):
+        """A new plugin instance took the gate over: read again the
+        eventlogs the previous one was reading (their answers went with
+        it)."""
+        self._reading = len(self._checking)
+        for jobid, live in list(self._checking.items()):
+            self._read(jobid, dict(live))
+
+    def _read(self, jobid, live):
+        self.context.port.read_eventlog(
+            jobid,
+            lambda events, error: self.ended(jobid, live, events, error),
+        )
+
+    def _checked(self, jobid, description=None):
+        """What became of job ``jobid``'s hold ``description`` (None: of
+        every one it had) is known; a lost one is in the record of lost
+        holds now (its entry leaves snapshots once that is durable)."""
+        live = self._checking.get(jobid)
+        if live is not None:
+            if description is None:
+                live.clear()
+            else:
+                live.pop(description, None)
+            if not live:
+                del self._checking[jobid]
 
     def ended(self, jobid, live, events, error):
         """The eventlog of a job that the hold log names with holds
@@ -171,7 +205,12 @@ class Losses:
             state, _ = self.context.port.job_info(jobid)
         except OSError:
             state = INACTIVE
-        if state != INACTIVE or jobid in self.jobs:
+        if jobid in self.jobs:
+            # Its holds are the gate's again, and in its snapshots.
+            self._checked(jobid)
+            self.holdlog.forget_unchecked(jobid)
+            return
+        if state != INACTIVE:
             return
         started = {
             context.get("description")
@@ -180,10 +219,16 @@ class Losses:
         }
         ran = any(name == "start" for _, name, _ in events)
         userid = _userid(events)
-        for description in pending:
-            if description not in started:
-                hold = Hold(jobid, description, userid, self.context.port.now())
-                self._lost(hold, ran=ran)
+        lost = [d for d in pending if d not in started]
+        for description in list(live):
+            if description not in lost:
+                # It ended (a timeout), or its job never reached its point.
+                self._checked(jobid, description)
+                self.holdlog.forget_unchecked(jobid, description)
+        for description in lost:
+            hold = Hold(jobid, description, userid, self.context.port.now())
+            self._checked(jobid, description)
+            self._lost(hold, ran=ran)
 
     # A job with no eventlog
 
@@ -204,6 +249,8 @@ class Losses:
                 self._dropped_found(jobid, live, where, None)
             else:
                 self._reading = max(self._reading - 1, 0)
+                self._checked(jobid)
+                self.holdlog.forget_unchecked(jobid)
                 self._unknown_job(jobid, live)
                 self._read_one()
 
@@ -220,12 +267,15 @@ class Losses:
         self._reading = max(self._reading - 1, 0)
         try:
             if jobid in self.jobs:
+                self._checked(jobid)
+                self.holdlog.forget_unchecked(jobid)
                 return
             why = f"{DROPPED} (its data is in {where})"
             for description, point in sorted(live.items()):
                 hold = Hold(
                     jobid, description, userid, self.context.port.now(), point=point
                 )
+                self._checked(jobid, description)
                 self._lost(hold, why, Reason.LOST_DROPPED)
         finally:
             self._read_one()
@@ -276,10 +326,16 @@ class Losses:
         entry = entry_of(hold, reason, ran)
         # Recorded as cancelled once the record of it is durable, so that a
         # later load does not report it again (nor never).
-        if self.record.add(entry, lambda: self.holdlog.cancel(hold)):
+        if self.record.add(entry, lambda: self._recorded(hold)):
             self.watchers.lost(entry)
             if self.listeners:
                 self.listeners.tell("lost", hold)
+
+    def _recorded(self, hold):
+        """The record of lost ``hold`` is durable: the hold log says it is
+        cancelled, and snapshots no longer need its entry."""
+        self.holdlog.forget_unchecked(hold.id, hold.description)
+        self.holdlog.cancel(hold)
 
 
 def _events(data):
@@ -314,6 +370,29 @@ def live_in_log(entries):
         elif name in (CANCEL_EVENT, RELEASE_EVENT):
             live.pop(description, None)
     return live
+
+
+def live_entries(jobid, entries):
+    """The hold entries of job ``jobid`` that the hold log ``entries`` of
+    the job leave neither cancelled nor released, written as the log had
+    them: ``{description: line}``."""
+    lines = {}
+    for timestamp, name, context in entries:
+        description = context.get("description")
+        if name == HOLD_EVENT:
+            point = context.get("point", EPILOG)
+            hold = Hold(
+                jobid,
+                description,
+                None,
+                timestamp,
+                context.get("timeout"),
+                point if point in POINTS else EPILOG,
+            )
+            lines[description] = hold_entry(hold)
+        elif name in (CANCEL_EVENT, RELEASE_EVENT):
+            lines.pop(description, None)
+    return lines
 
 
 def pending_in_log(entries):

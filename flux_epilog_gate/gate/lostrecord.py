@@ -118,6 +118,10 @@ class LostRecord:
         # those since (each called once its change is durable).
         self._inflight = []
         self._waiting = []
+        # Lost holds delivered by this instance (bounded as the record):
+        # the same loss found again meanwhile (its eventlog read at the
+        # load, the record read before it) is not a new one.
+        self._delivered = OrderedDict()
 
     def __len__(self):
         return len(self.items)
@@ -139,8 +143,13 @@ class LostRecord:
     def add(self, entry, durable=None):
         """Record lost hold ``entry`` (see :func:`entry_of`); True if it
         is new.  ``durable()`` is called once the record holding it is
-        checkpointed."""
+        checkpointed (or, for a hold this instance delivered already,
+        the record without it)."""
         key = (entry["id"], entry["description"])
+        if key in self._delivered:
+            # Delivered already: the record without it goes on.
+            self._write(durable)
+            return False
         new = key not in self.items
         self.items[key] = entry
         while len(self.items) > MAX_KEPT:
@@ -161,6 +170,9 @@ class LostRecord:
     def delivered(self, key):
         """The lost hold ``key`` was delivered: forget it."""
         if self.items.pop(key, None) is not None:
+            self._delivered[key] = True
+            if len(self._delivered) > MAX_KEPT:
+                self._delivered.popitem(last=False)
             self._write()
 
     def suspend(self):

@@ -41,6 +41,7 @@ import syslog
 
 from ..errors import GateError
 from ..jobid import f58
+from .depend import BATCH_WAIT
 from .holdlog import MARKER
 from .holds import (
     ACTIVE,
@@ -50,6 +51,7 @@ from .holds import (
     Reason,
     exception_of,
 )
+from .logentries import hold_entry
 from .points import HoldPoint, replay_start
 from .states import CLEANUP, RUN
 
@@ -93,6 +95,10 @@ class PrologPoint(HoldPoint):
         #: their job will never start, rather than wait for a release (a
         #: plugin of the gate's own holds, see Gate.end_when_aborted).
         self.ends_aborted = set()
+        # Pending holds dropped at their job's entry to CLEANUP whose
+        # cancel is not recorded yet (see _cancel_later), and its timer.
+        self._uncancelled = []
+        self._timer = None
 
     # Requests
 
@@ -158,12 +164,11 @@ class PrologPoint(HoldPoint):
             if not is_prolog(hold):
                 continue
             if hold.state == PENDING:
-                # Not recorded: a synced record would run ahead of the
-                # job-manager's unsynced exception event, and a crash that
-                # undoes the exception must find the hold again.  A load
-                # that finds the job in CLEANUP drops it then; the next
-                # snapshot of the log forgets it.
+                # Not recorded at once: a synced record would run ahead of
+                # the job-manager's unsynced exception event, and a crash
+                # that undoes the exception must find the hold again.
                 self._drop(job, hold, Reason.NEVER_STARTED, record=False)
+                self._cancel_later(hold)
             elif hold.description in self.ends_aborted:
                 self._end_aborted(job, hold, call)
             elif not hold.aborted:
@@ -318,6 +323,32 @@ class PrologPoint(HoldPoint):
             self.context.port.want_run(job.id)
         except OSError as exc:
             raise GateError.from_oserror(exc, f"tracking job {f58(job.id)}") from None
+
+    def _cancel_later(self, hold):
+        """Record the cancel of pending ``hold``, dropped as its job
+        entered CLEANUP, once the job-manager has sent the event that
+        took it there to the KVS (:data:`~.depend.BATCH_WAIT`): the synced
+        commit of the cancel then makes that event durable too.  Until
+        then snapshots keep the hold's entry: one that left it out would
+        lose the hold to a crash that undoes the event."""
+        self.holdlog.keep_unchecked(hold.id, {hold.description: hold_entry(hold)})
+        self._uncancelled.append(hold)
+        if self._timer is None:
+            self._timer = self.context.port.timer(BATCH_WAIT, self._cancel_all)
+
+    def _cancel_all(self):
+        self._timer = None
+        holds, self._uncancelled = self._uncancelled, []
+        with self.holdlog.together():
+            for hold in holds:
+                self.holdlog.forget_unchecked(hold.id, hold.description)
+                self.holdlog.cancel(hold)
+
+    def flush(self):
+        """Record now every cancel still waiting (the plugin goes away)."""
+        if self._timer is not None:
+            self._timer.stop()
+        self._cancel_all()
 
     def _drop(self, job, hold, reason, record=True):
         # A pending hold: nothing was posted for it, so nothing is.

@@ -32,6 +32,7 @@ class Reload:
         """The plugin is going away: send what is queued (its requests
         are answered as not confirmed), stop every timer."""
         self.depend.flush()
+        self.prolog.flush()
         self.holdlog.suspend()
         for job in self.jobs.values():
             for hold in job.holds.values():

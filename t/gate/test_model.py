@@ -68,6 +68,10 @@ SNAPSHOT_EVERY = 8
 SEGMENT_FLOOR = 200
 SEGMENTS = 3
 
+#: Seconds the job-manager batches the events posted before it sends
+#: them to the KVS (flux-core's event batch timeout).
+EVENT_BATCH = 0.01
+
 MAX_JOBS = 3
 USER = 1000
 #: A soak (GATE_MODEL_EXAMPLES set) draws new sequences each run; the
@@ -540,6 +544,10 @@ class GateModel(RuleBasedStateMachine):
     @rule(seconds=st.sampled_from([0.0, 0.5, 2.5]))
     def advance(self, seconds):
         target = self.clock.now + seconds
+        if seconds >= EVENT_BATCH:
+            # The job-manager's event batch timer has fired meanwhile: the
+            # gate's own timers that wait for it (BATCH_WAIT) are longer.
+            self.jm.flush()
         port = self.driver.port
         while True:
             due = [t for t in port.timers if t.armed and t.deadline <= target]
@@ -918,3 +926,86 @@ def test_a_job_dropped_at_a_crash_has_its_holds_reported_lost_once(model):
     run_steps(model, ("watch", True), ("settle",))
     assert model.sinks[1].received == []
     assert len(model.driver.gate.lost_record) == 0
+
+
+def test_a_lost_hold_acknowledged_while_its_job_is_checked_again_comes_once(model):
+    """A crash drops the job; the next load finds its hold lost, and the
+    module reload after it reads both the record of lost holds and the
+    hold log (whose cancel waited on that record).  A watcher that
+    acknowledges the hold from the record before the eventlog read of
+    the second load answers was sent it again."""
+    run_steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", EPILOG),
+        ("churn", 0),
+        ("crash",),
+        ("answer_read", 0),
+        ("restart",),
+        ("watch", True),
+        ("acknowledge_lost",),
+        ("settle",),
+    )
+    (sink,) = model.sinks
+    assert [(a["id"], a["description"]) for a in sink.received] == [
+        (model.jobids[0], "a")
+    ]
+
+
+def test_a_snapshot_while_a_dropped_job_is_checked_keeps_its_holds(model):
+    """A snapshot made while the load still reads the eventlog of a job
+    the log names but the job-manager dropped wrote none of its holds:
+    a restart then never reported them lost."""
+    run_steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", EPILOG),
+        ("submit",),
+        ("churn", 0),
+        ("crash",),
+        ("submit",),
+        ("churn", 2),
+        ("restart",),
+        ("settle",),
+    )
+    assert (model.jobids[0], "a") in model.lost_acked or (
+        (model.jobids[0], "a") in model.driver.gate.lost_record
+    )
+
+
+def test_a_reload_while_a_dropped_job_is_checked_reads_it_again(model):
+    """The eventlog reads of the jobs the log names but the job-manager
+    dropped are answered to the plugin instance that made them: after a
+    reload nothing ever reported their holds lost."""
+    run_steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", EPILOG),
+        ("churn", 0),
+        ("crash",),
+        ("reload",),
+        ("answer_read", 0),
+        ("settle",),
+    )
+    assert (model.jobids[0], "a") in model.driver.gate.lost_record
+
+
+def test_a_snapshot_before_a_dropped_prolog_holds_cancel_is_recorded_keeps_it(model):
+    """A pending prolog hold is dropped as its job is cancelled, with no
+    record until the job-manager has sent the cancel to the KVS.  A
+    snapshot meanwhile left it out of the log: a crash that then undid
+    the job's events (it is dropped, its eventlog had ``submit`` alone)
+    never reported the hold lost."""
+    run_steps(
+        model,
+        ("submit",),
+        ("hold", 0, "a", PROLOG),
+        ("hold", 0, "b", EPILOG),
+        ("progress", 0, "cancel"),
+        ("churn", 0),
+        ("crash",),
+        ("settle",),
+    )
+    jobid = model.jobids[0]
+    assert {(jobid, "a"), (jobid, "b")} <= model.lost_expected
+    assert (jobid, "a") in model.driver.gate.lost_record
