@@ -928,6 +928,16 @@ def test_a_job_dropped_at_a_crash_has_its_holds_reported_lost_once(model):
     assert len(model.driver.gate.lost_record) == 0
 
 
+#: Job 0 held, a snapshot, then a crash that drops the job (its events
+#: were never sent): the next load checks its eventlog.
+DROPPED_AT_A_CRASH = (
+    ("submit",),
+    ("hold", 0, "a", EPILOG),
+    ("churn", 0),
+    ("crash",),
+)
+
+
 def test_a_lost_hold_acknowledged_while_its_job_is_checked_again_comes_once(model):
     """A crash drops the job; the next load finds its hold lost, and the
     module reload after it reads both the record of lost holds and the
@@ -936,10 +946,7 @@ def test_a_lost_hold_acknowledged_while_its_job_is_checked_again_comes_once(mode
     the second load answers was sent it again."""
     run_steps(
         model,
-        ("submit",),
-        ("hold", 0, "a", EPILOG),
-        ("churn", 0),
-        ("crash",),
+        *DROPPED_AT_A_CRASH,
         ("answer_read", 0),
         ("restart",),
         ("watch", True),
@@ -979,10 +986,7 @@ def test_a_reload_while_a_dropped_job_is_checked_reads_it_again(model):
     reload nothing ever reported their holds lost."""
     run_steps(
         model,
-        ("submit",),
-        ("hold", 0, "a", EPILOG),
-        ("churn", 0),
-        ("crash",),
+        *DROPPED_AT_A_CRASH,
         ("reload",),
         ("answer_read", 0),
         ("settle",),
