@@ -9,6 +9,8 @@ import copy
 import re
 
 import pytest
+from flux.resource.Rv1Pool import ResourceRequest
+from flux.resource.Rv1Set import Rv1Set
 from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis_settings import bounded
@@ -24,9 +26,6 @@ from flux_epilog_gate.dws.validate import (
     check_resources,
     check_update,
 )
-
-Rv1Set = pytest.importorskip("flux.resource.Rv1Set").Rv1Set
-ResourceRequest = pytest.importorskip("flux.resource.Rv1Pool").ResourceRequest
 
 BOUNDED = bounded(150)
 
