@@ -180,3 +180,25 @@ def test_watch_lost_delivers_a_hold_lost_while_the_plugin_was_removed(
         lost["reason"] == "lost: the job went inactive before epilog-gate could hold it"
     )
     assert lost["ran"] is False
+
+
+def test_a_reload_while_the_load_checks_a_dropped_job_still_reports_its_hold(
+    new_instance,
+):
+    """After a restart the load reads the eventlog of each job the hold
+    log names that the job-manager did not replay; those reads answer
+    the plugin instance that made them.  A ``flux jobtap`` reload
+    before they answered left the hold never reported lost: the new
+    instance reads them again."""
+    slow = {"debug-fault": "slow-recovery"}
+    inst = new_instance(plugin_conf=slow)
+    handle = inst.handle()
+    dropped = submit(handle, urgency=0)
+    EpilogGate(handle).hold(dropped, "bb")
+    damage(inst, dropped, "submit-only")
+    restart(inst, "module")
+    # The load's reads wait 3 s (slow-recovery): the reload comes first.
+    restart(inst, "jobtap", options=("debug-fault=slow-recovery",))
+    wait_until(lambda: query(inst)["counters"]["lost"] == 1)
+    (line,) = dmesg(inst, f"hold bb of job {f58(dropped)} was lost")
+    assert "job-lost+found" in line, line

@@ -336,10 +336,10 @@ class Load:
             # What the previous instance was still reading, read again.
             self.gate.losses.recheck()
             if self.partial and self.log:
-                self.gate.losses.check_unseen(self.log, self.seen)
+                self.gate.losses.check_unseen(self.log, self.seen, self.delay)
         elif self.log:
             # Jobs the log names that went inactive before this load.
-            self.gate.losses.check_unseen(self.log, self.seen)
+            self.gate.losses.check_unseen(self.log, self.seen, self.delay)
         self.seen = set()
         self._check_ready()
 

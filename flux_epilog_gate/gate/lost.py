@@ -123,12 +123,13 @@ class Losses:
             self._lost(hold, ran=ran)
         return lost
 
-    def check_unseen(self, logged, seen):
+    def check_unseen(self, logged, seen, delay=0.0):
         """After a load into a new job-manager: ``logged`` is the hold log
         by job (``{id: [(timestamp, name, context)]}``), ``seen`` the jobs
         the job-manager reported active.  Read the eventlog of each other
         job that the log leaves with a hold, and report the holds it
-        lost."""
+        lost.  ``delay``: seconds each read waits first (tests: the
+        load's ``debug-fault=slow-recovery``)."""
         unseen = [
             (jobid, live, entries)
             for jobid, entries in logged.items()
@@ -143,7 +144,12 @@ class Losses:
             # Until it is known what became of them, snapshots keep them.
             self.holdlog.keep_unchecked(jobid, live_entries(jobid, entries))
         for jobid, live, _ in unseen:
-            self._read(jobid, live)
+            if delay > 0:
+                self.context.port.timer(
+                    delay, lambda jobid=jobid, live=live: self._read(jobid, live)
+                )
+            else:
+                self._read(jobid, live)
 
     def recheck(self):
         """A new plugin instance took the gate over: read again the
