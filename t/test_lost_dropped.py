@@ -202,3 +202,23 @@ def test_a_reload_while_the_load_checks_a_dropped_job_still_reports_its_hold(
     wait_until(lambda: query(inst)["counters"]["lost"] == 1)
     (line,) = dmesg(inst, f"hold bb of job {f58(dropped)} was lost")
     assert "job-lost+found" in line, line
+
+
+def test_a_snapshot_while_the_load_checks_a_dropped_job_keeps_its_hold(
+    new_instance,
+):
+    """A snapshot made while the load still read the eventlog of a job
+    the job-manager did not replay left that job's holds out of the log:
+    a restart before the reads answered never reported them lost."""
+    inst = new_instance(plugin_conf={"debug-fault": "slow-recovery"})
+    handle = inst.handle()
+    dropped = submit(handle, urgency=0)
+    EpilogGate(handle).hold(dropped, "bb")
+    damage(inst, dropped, "submit-only")
+    handle = restart(inst, "module")
+    # The load's reads wait 3 s (slow-recovery): both come first.
+    EpilogGate(handle).snapshot()
+    restart(inst, "module")
+    wait_until(lambda: query(inst)["counters"]["lost"] == 1)
+    (line,) = dmesg(inst, f"hold bb of job {f58(dropped)} was lost")
+    assert "job-lost+found" in line, line
