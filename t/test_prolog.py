@@ -18,6 +18,7 @@ from jobs import (
     submit,
     wait_event,
     wait_inactive,
+    wait_until,
 )
 
 from flux_epilog_gate import EpilogGate
@@ -278,6 +279,27 @@ def test_cancel_while_prolog_pending_drops_it_with_no_events(handle, gate):
     assert not [e for e in events if e.startswith(("prolog-", "epilog-"))]
     answer = gate.release(jobid, "setup")
     assert answer["released"] is False
+
+
+def test_a_pending_prolog_hold_dropped_at_a_cancel_is_recorded_cancelled(
+    instance, handle, gate
+):
+    """Once the job-manager has sent the cancel to the KVS (the gate waits
+    its event batch out), the hold log says the hold is cancelled: until
+    then a crash that undoes the cancel finds the hold again."""
+    jobid = submit(handle, urgency=0)
+    gate.hold(jobid, "setup", point=PROLOG)
+    flux.job.cancel(handle, jobid)
+    wait_inactive(handle, jobid)
+
+    def cancelled():
+        log = instance.flux("kvs", "get", "--raw", "epilog-gate.holds").stdout
+        return any(
+            '"epilog_gate.cancel"' in line and f'"id":{int(jobid)},' in line
+            for line in log.splitlines()
+        )
+
+    wait_until(cancelled)
 
 
 # Watch, list, query
