@@ -363,16 +363,17 @@ class HoldLog:
         self.compaction.ended()
         self.commit.add(cancel_entry(hold, *self.context.port.stamp()), callback)
 
-    def keep_unchecked(self, jobid, lines):
-        """Keep job ``jobid``'s hold entries ``lines`` in snapshots until
-        its holds are checked (see :meth:`SnapshotWriter.keep_unchecked
-        <flux_epilog_gate.gate.snapshot.SnapshotWriter.keep_unchecked>`)."""
-        self.snapshots.keep_unchecked(jobid, lines)
+    def keep_unsettled(self, jobid, lines):
+        """Keep job ``jobid``'s hold entries ``lines`` in snapshots though
+        the gate has none of those holds, until what became of them is
+        settled (see :meth:`SnapshotWriter.keep_unsettled
+        <flux_epilog_gate.gate.snapshot.SnapshotWriter.keep_unsettled>`)."""
+        self.snapshots.keep_unsettled(jobid, lines)
 
-    def forget_unchecked(self, jobid, description=None):
+    def forget_unsettled(self, jobid, description=None):
         """Job ``jobid``'s hold ``description`` (None: every one) is
-        checked: snapshots no longer keep its entry."""
-        self.snapshots.forget_unchecked(jobid, description)
+        settled: snapshots no longer keep its entry."""
+        self.snapshots.forget_unsettled(jobid, description)
 
     def release(self, hold, status, callback=None, exception=None):
         """Active ``hold`` was released with ``status`` (and ``exception``,

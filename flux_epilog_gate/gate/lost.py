@@ -131,19 +131,23 @@ class Losses:
         lost.  ``delay``: seconds each read waits first (tests: the
         load's ``debug-fault=slow-recovery``)."""
         unseen = [
-            (jobid, live, entries)
+            (jobid, holds)
             for jobid, entries in logged.items()
             if jobid not in seen
             and jobid not in self._checking
-            and (live := live_in_log(entries))
+            and (holds := live_holds(jobid, entries))
         ]
         # Counted before any is read: an answer may come at once.
         self._reading += len(unseen)
-        for jobid, live, entries in unseen:
+        checks = []
+        for jobid, holds in unseen:
+            live = {d: hold.point for d, hold in holds.items()}
             self._checking[jobid] = dict(live)
             # Until it is known what became of them, snapshots keep them.
-            self.holdlog.keep_unchecked(jobid, live_entries(jobid, entries))
-        for jobid, live, _ in unseen:
+            lines = {d: hold_entry(hold) for d, hold in holds.items()}
+            self.holdlog.keep_unsettled(jobid, lines)
+            checks.append((jobid, live))
+        for jobid, live in checks:
             if delay > 0:
                 self.context.port.timer(
                     delay, lambda jobid=jobid, live=live: self._read(jobid, live)
@@ -164,6 +168,12 @@ class Losses:
             jobid,
             lambda events, error: self.ended(jobid, live, events, error),
         )
+
+    def _settled(self, jobid, description=None):
+        """Job ``jobid``'s hold ``description`` (None: every one it had)
+        was not lost: nothing is left to read or keep of it."""
+        self._checked(jobid, description)
+        self.holdlog.forget_unsettled(jobid, description)
 
     def _checked(self, jobid, description=None):
         """What became of job ``jobid``'s hold ``description`` (None: of
@@ -213,8 +223,7 @@ class Losses:
             state = INACTIVE
         if jobid in self.jobs:
             # Its holds are the gate's again, and in its snapshots.
-            self._checked(jobid)
-            self.holdlog.forget_unchecked(jobid)
+            self._settled(jobid)
             return
         if state != INACTIVE:
             return
@@ -229,8 +238,7 @@ class Losses:
         for description in list(live):
             if description not in lost:
                 # It ended (a timeout), or its job never reached its point.
-                self._checked(jobid, description)
-                self.holdlog.forget_unchecked(jobid, description)
+                self._settled(jobid, description)
         for description in lost:
             hold = Hold(jobid, description, userid, self.context.port.now())
             self._checked(jobid, description)
@@ -255,8 +263,7 @@ class Losses:
                 self._dropped_found(jobid, live, where, None)
             else:
                 self._reading = max(self._reading - 1, 0)
-                self._checked(jobid)
-                self.holdlog.forget_unchecked(jobid)
+                self._settled(jobid)
                 self._unknown_job(jobid, live)
                 self._read_one()
 
@@ -273,8 +280,7 @@ class Losses:
         self._reading = max(self._reading - 1, 0)
         try:
             if jobid in self.jobs:
-                self._checked(jobid)
-                self.holdlog.forget_unchecked(jobid)
+                self._settled(jobid)
                 return
             why = f"{DROPPED} (its data is in {where})"
             for description, point in sorted(live.items()):
@@ -340,7 +346,7 @@ class Losses:
     def _recorded(self, hold):
         """The record of lost ``hold`` is durable: the hold log says it is
         cancelled, and snapshots no longer need its entry."""
-        self.holdlog.forget_unchecked(hold.id, hold.description)
+        self.holdlog.forget_unsettled(hold.id, hold.description)
         self.holdlog.cancel(hold)
 
 
@@ -367,27 +373,19 @@ def _userid(events):
 def live_in_log(entries):
     """The holds the hold log ``entries`` of one job leave neither
     cancelled nor released, at any point: ``{description: point}``."""
-    live = {}
-    for _, name, context in entries:
-        description = context.get("description")
-        if name == HOLD_EVENT:
-            point = context.get("point", EPILOG)
-            live[description] = point if point in POINTS else EPILOG
-        elif name in (CANCEL_EVENT, RELEASE_EVENT):
-            live.pop(description, None)
-    return live
+    return {d: hold.point for d, hold in live_holds(None, entries).items()}
 
 
-def live_entries(jobid, entries):
-    """The hold entries of job ``jobid`` that the hold log ``entries`` of
-    the job leave neither cancelled nor released, written as the log had
-    them: ``{description: line}``."""
-    lines = {}
+def live_holds(jobid, entries):
+    """The holds of job ``jobid`` that the hold log ``entries`` of the job
+    leave neither cancelled nor released, as their entries had them:
+    ``{description: Hold}``."""
+    holds = {}
     for timestamp, name, context in entries:
         description = context.get("description")
         if name == HOLD_EVENT:
             point = context.get("point", EPILOG)
-            hold = Hold(
+            holds[description] = Hold(
                 jobid,
                 description,
                 None,
@@ -395,10 +393,9 @@ def live_entries(jobid, entries):
                 context.get("timeout"),
                 point if point in POINTS else EPILOG,
             )
-            lines[description] = hold_entry(hold)
         elif name in (CANCEL_EVENT, RELEASE_EVENT):
-            lines.pop(description, None)
-    return lines
+            holds.pop(description, None)
+    return holds
 
 
 def pending_in_log(entries):

@@ -331,7 +331,7 @@ class PrologPoint(HoldPoint):
         commit of the cancel then makes that event durable too.  Until
         then snapshots keep the hold's entry: one that left it out would
         lose the hold to a crash that undoes the event."""
-        self.holdlog.keep_unchecked(hold.id, {hold.description: hold_entry(hold)})
+        self.holdlog.keep_unsettled(hold.id, {hold.description: hold_entry(hold)})
         self._uncancelled.append(hold)
         if self._timer is None:
             self._timer = self.context.port.timer(BATCH_WAIT, self._cancel_all)
@@ -341,7 +341,7 @@ class PrologPoint(HoldPoint):
         holds, self._uncancelled = self._uncancelled, []
         with self.holdlog.together():
             for hold in holds:
-                self.holdlog.forget_unchecked(hold.id, hold.description)
+                self.holdlog.forget_unsettled(hold.id, hold.description)
                 self.holdlog.cancel(hold)
 
     def flush(self):

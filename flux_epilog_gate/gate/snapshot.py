@@ -180,8 +180,8 @@ class SnapshotWriter:
     :class:`Snapshot`, or None); the
     release entries a snapshot keeps (``kept_releases``, as ``(timestamp,
     line)``); the hold entries it keeps of holds the gate no longer
-    has, whose fate is not settled yet (``unchecked``, lines by
-    description by job id: see :meth:`keep_unchecked`); the snapshots
+    has, whose fate is not settled yet (``unsettled``, lines by
+    description by job id: see :meth:`keep_unsettled`); the snapshots
     asked for (``asked``: callbacks answered once
     one has replaced the log or was given up, ``answering``: those the
     snapshot in flight serves); ``replacing``: the next commit must
@@ -208,7 +208,7 @@ class SnapshotWriter:
         self.in_parts = None
         self.kept_releases = deque()
         self.kept_bytes = 0
-        self.unchecked = {}
+        self.unsettled = {}
         self.asked = []
         self.answering = []
         self.replacing = False
@@ -235,27 +235,27 @@ class SnapshotWriter:
         while kept and kept[0][0] < horizon:
             self.kept_bytes -= len(kept.popleft()[1])
 
-    def keep_unchecked(self, jobid, lines):
+    def keep_unsettled(self, jobid, lines):
         """The hold entries ``lines`` (by description) of job ``jobid``
-        are kept in every snapshot until :meth:`forget_unchecked`,
+        are kept in every snapshot until :meth:`forget_unsettled`,
         though the gate has none of those holds: those of a job a new
         job-manager did not replay, until its eventlog tells whether
         they were lost (a snapshot without them would forget a loss that
         a restart meanwhile leaves unreported), and a pending prolog hold
         dropped as its job entered CLEANUP, until its cancel is recorded
         (a crash that undoes the job's exception must find it)."""
-        self.unchecked.setdefault(jobid, {}).update(lines)
+        self.unsettled.setdefault(jobid, {}).update(lines)
 
-    def forget_unchecked(self, jobid, description=None):
+    def forget_unsettled(self, jobid, description=None):
         """What became of job ``jobid``'s hold ``description`` (None: of
-        every one) is known, or recorded (see :meth:`keep_unchecked`)."""
-        lines = self.unchecked.get(jobid)
+        every one) is known, or recorded (see :meth:`keep_unsettled`)."""
+        lines = self.unsettled.get(jobid)
         if lines is None:
             return
         if description is not None:
             lines.pop(description, None)
         if description is None or not lines:
-            del self.unchecked[jobid]
+            del self.unsettled[jobid]
 
     def ask(self, callback):
         """A snapshot is asked for: ``callback(error)`` once one has
@@ -300,7 +300,7 @@ class SnapshotWriter:
         now, text = self.context.port.stamp()
         self.forget_releases(now)
         releases = deque(
-            line for lines in self.unchecked.values() for line in lines.values()
+            line for lines in self.unsettled.values() for line in lines.values()
         )
         releases.extend(line for _, line in self.kept_releases)
         snap = Snapshot(self.jobs, releases, format_entry(now, text))
