@@ -1,13 +1,19 @@
 """The dws plugin's check of a service request's shape
-(flux_epilog_gate.dws.payload): its quick test of a well-formed payload
-says what the full one says, for any JSON value."""
+(flux_epilog_gate.dws.payload): ``payload_of`` takes a payload exactly
+when ``missing_keys`` finds nothing wrong with it, for any JSON value,
+and refuses any other (EPROTO) naming what is wrong, with an exception
+on the job it names."""
 
+import errno
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis_settings import bounded
 from jsonstrategies import SCALARS, any_json
 
-from flux_epilog_gate.dws.payload import missing_keys, well_formed
+from flux_epilog_gate.dws.payload import Payloads, missing_keys
+from flux_epilog_gate.jobtap.plugin import RequestError
 
 KEYS = st.sampled_from(["id", "errmsg", "variables", "resources", "exclude", "x"])
 
@@ -25,7 +31,37 @@ PAYLOADS = st.dictionaries(KEYS, any_json()) | st.fixed_dictionaries(
 )
 
 
+class Request:
+    def __init__(self, payload):
+        self.payload = payload
+
+
+class Jobs:
+    """What Payloads asks of the workflow's jobs: the exceptions raised."""
+
+    def __init__(self):
+        self.failed = []
+
+    def fail(self, jobid, type, errstr):
+        self.failed.append(jobid)
+
+    def log(self, level, text):
+        pass
+
+
 @bounded(1000)
 @given(PAYLOADS | any_json(), st.lists(KEYS, max_size=3))
-def test_well_formed_is_missing_keys_finding_nothing(payload, keys):
-    assert well_formed(payload, keys) == (missing_keys(payload, keys) is None)
+def test_payload_of_takes_what_missing_keys_finds_nothing_wrong_with(payload, keys):
+    jobs = Jobs()
+    problem = missing_keys(payload, keys)
+    if problem is None:
+        assert Payloads(jobs).payload_of(Request(payload), "m", keys) is payload
+        assert jobs.failed == []
+        return
+    with pytest.raises(RequestError) as info:
+        Payloads(jobs).payload_of(Request(payload), "m", keys)
+    assert info.value.errnum == errno.EPROTO
+    assert problem in info.value.message
+    jobid = payload.get("id") if isinstance(payload, dict) else None
+    named = type(jobid) is int and 0 <= jobid < 2**64
+    assert jobs.failed == ([jobid] if named else [])

@@ -33,21 +33,6 @@ def missing_keys(payload, keys):
     return None
 
 
-def well_formed(payload, keys):
-    """True if :func:`missing_keys` finds nothing wrong: the service's
-    every request, tested with no more steps than it needs."""
-    if type(payload) is not dict:
-        return False
-    jobid = payload.get("id")
-    if type(jobid) is not int or not 0 <= jobid < 2**64:
-        return False
-    for key in keys:
-        if key not in payload:
-            return False
-    errmsg = payload.get("errmsg")
-    return errmsg is None or isinstance(errmsg, str)
-
-
 class Payloads:
     """The service's request payloads, checked; a malformed one raises
     its job's exception through ``jobs`` (:class:`.jobs.Jobs`)."""
@@ -64,14 +49,13 @@ class Payloads:
         except ValueError as exc:
             # Not JSON to flux-core either: no job can be read from it.
             self.malformed(None, method, f"payload is not JSON: {exc}")
-        if well_formed(payload, keys):
-            return payload
-        jobid = payload.get("id") if isinstance(payload, dict) else None
-        if not (type(jobid) is int and 0 <= jobid < 2**64):
-            jobid = None
         problem = missing_keys(payload, keys)
         if problem is None:
             return payload
+        # The job it names, if it names one, waits on it.
+        jobid = payload.get("id") if isinstance(payload, dict) else None
+        if not (type(jobid) is int and 0 <= jobid < 2**64):
+            jobid = None
         self.malformed(jobid if raise_on_job else None, method, problem)
 
     def malformed(self, jobid, method, problem=None):
