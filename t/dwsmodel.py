@@ -293,6 +293,8 @@ class Request:
     def __init__(self, method, payload, answered):
         self.method = method
         self.payload = payload
+        # As it came on the wire: what the plugin's quick tests read.
+        self.text = json.dumps(payload).encode()
         self.userid = 0
         self.rolemask = 1
         self.owner = True

@@ -6,6 +6,7 @@ scheduler without error; every malformed one is refused with
 at all makes the check fail otherwise."""
 
 import copy
+import json
 import re
 
 import pytest
@@ -468,3 +469,48 @@ def test_a_nul_nested_deeper_than_json_encodes_is_found(leaf):
     else:
         with pytest.raises(Malformed, match="NUL character"):
             check_no_nul(value, "exclude")
+
+
+def _outcome(check):
+    try:
+        check()
+    except Malformed as exc:
+        return str(exc)
+    return None
+
+
+@BOUNDED
+@given(
+    res=resources(),
+    note=st.none() | NUL_TEXT,
+    exclude=st.none()
+    | CONSTRAINTS
+    | st.builds(lambda value: {"properties": [value]}, NUL_TEXT),
+    ascii_only=st.booleans(),
+)
+@example(
+    res=[{"type": "slot", "count": 1, "label": "t"}],
+    note="\0",
+    exclude=None,
+    ascii_only=True,
+)
+@example(
+    res=[{"type": "slot", "count": 1, "label": "t"}],
+    note="\\u0000",
+    exclude={"properties": ["a\0"]},
+    ascii_only=False,
+)
+def test_the_request_text_changes_no_outcome(res, note, exclude, ascii_only):
+    """Given the request's JSON text, the check skips the walk for NULs
+    when the text has no NUL escape, and refuses or accepts exactly as
+    without it (a NUL, or a backslash and "u0000" as text, in a key the
+    check leaves to readers or in a property)."""
+    if note is not None:
+        res = copy.deepcopy(res)
+        res[0]["note"] = note
+    text = json.dumps(
+        {"id": 1, "resources": res, "exclude": exclude}, ensure_ascii=ascii_only
+    ).encode()
+    assert _outcome(lambda: check_update(res, exclude, text)) == _outcome(
+        lambda: check_update(res, exclude)
+    )

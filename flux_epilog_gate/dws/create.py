@@ -156,7 +156,7 @@ class Create:
         )
         jobid = payload["id"]
         try:
-            check_update(payload["resources"], payload["exclude"])
+            check_update(payload["resources"], payload["exclude"], request.text)
         except Malformed as exc:
             payloads.malformed(jobid, "resource-update", str(exc))
         errmsg = payload.get("errmsg")

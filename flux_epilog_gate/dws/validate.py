@@ -54,6 +54,13 @@ IDSET = re.compile(rf"\[?(?:{RANGE}(?:,{RANGE})*)?\]?\Z")
 #: once (a rank near 2**31 takes them seconds, for each node matched).
 IDSET_LIMIT = 2**20
 
+#: How a NUL is written in JSON text (its only escape: the digits are
+#: zeros, which have no case).
+NUL_ESCAPE = b"\\u0000"
+
+#: Finds a reserved character in a property (one C call a property).
+_RESERVED = re.compile(f"[{re.escape(PROPERTY_RESERVED)}]").search
+
 COUNT_KEYS = ("min", "max", "operator", "operand")
 OPERATORS = ("+", "*", "^")
 
@@ -85,14 +92,21 @@ def kind(value):
     return type(value).__name__
 
 
-def check_update(resources, exclude):
+def check_update(resources, exclude, text=None):
     """Check a resource-update's ``resources`` and ``exclude`` (None: no
-    constraint to add); raise :class:`Malformed` naming the key."""
+    constraint to add); raise :class:`Malformed` naming the key.
+    ``text``: the request's JSON text (bytes) they were read from, if
+    known: without the escape of a NUL in it (JSON writes one no other
+    way), none of their strings holds one, and they are not walked for
+    it."""
     check_resources(resources)
-    check_no_nul(resources, "resources")
+    walk = text is None or NUL_ESCAPE in text
+    if walk:
+        check_no_nul(resources, "resources")
     if exclude is not None:
         check_constraint(exclude, "exclude")
-        check_no_nul(exclude, "exclude")
+        if walk:
+            check_no_nul(exclude, "exclude")
 
 
 def check_no_nul(value, where):
@@ -138,39 +152,58 @@ def check_resources(resources, where="resources"):
         raise Malformed(f"{where}: has no slot (RFC 14: tasks run in slots)")
 
 
+# Where a vertex is, as ``(parent, index)``, ``(parent, key)`` or the
+# root's name: made into text only for a refusal (every update walks its
+# vertices, and formatting the path of each cost more than checking it).
+
+
+def _named(where):
+    """The text of a path (``resources[0].with[1]``)."""
+    if isinstance(where, str):
+        return where
+    parent, part = where
+    if isinstance(part, int):
+        return f"{_named(parent)}[{part}]"
+    return f"{_named(parent)}.{part}"
+
+
 def _check_vertices(vertices, where, depth):
     """Check a list of vertices; True if a slot is among them or below."""
     if depth > MAX_DEPTH:
-        raise Malformed(f"{where}: nested deeper than {MAX_DEPTH} levels")
+        raise Malformed(f"{_named(where)}: nested deeper than {MAX_DEPTH} levels")
     slot = False
     for index, vertex in enumerate(vertices):
-        slot = _check_vertex(vertex, f"{where}[{index}]", depth) or slot
+        slot = _check_vertex(vertex, (where, index), depth) or slot
     return slot
 
 
 def _check_vertex(vertex, where, depth):
     """Check one resource vertex; True if it is a slot or has one below."""
     if not isinstance(vertex, dict):
-        raise Malformed(f"{where}: must be an object, not {kind(vertex)}")
+        raise Malformed(f"{_named(where)}: must be an object, not {kind(vertex)}")
     rtype = vertex.get("type")
     if not isinstance(rtype, str) or not rtype:
-        raise Malformed(f"{where}.type: must be a non-empty string")
-    if "count" not in vertex:
-        raise Malformed(f"{where}.count: is missing")
-    check_count(vertex["count"], f"{where}.count")
+        raise Malformed(f"{_named(where)}.type: must be a non-empty string")
+    count = vertex.get("count")
+    if type(count) is not int or count < 1:
+        if "count" not in vertex:
+            raise Malformed(f"{_named(where)}.count: is missing")
+        check_count(count, f"{_named(where)}.count")
     for key in ("label", "unit"):
         if key in vertex and not isinstance(vertex[key], str):
-            raise Malformed(f"{where}.{key}: must be a string, not {kind(vertex[key])}")
+            raise Malformed(
+                f"{_named(where)}.{key}: must be a string, not {kind(vertex[key])}"
+            )
     if "exclusive" in vertex and not isinstance(vertex["exclusive"], bool):
-        raise Malformed(f"{where}.exclusive: must be a boolean")
+        raise Malformed(f"{_named(where)}.exclusive: must be a boolean")
     if rtype == "slot" and not vertex.get("label"):
-        raise Malformed(f"{where}.label: a slot must have a non-empty label")
-    below = False
-    if "with" in vertex:
-        children = vertex["with"]
-        if not isinstance(children, list) or not children:
-            raise Malformed(f"{where}.with: must be a non-empty array of resources")
-        below = _check_vertices(children, f"{where}.with", depth + 1)
+        raise Malformed(f"{_named(where)}.label: a slot must have a non-empty label")
+    children = vertex.get("with")
+    if children is None and "with" not in vertex:
+        return rtype == "slot"
+    if not isinstance(children, list) or not children:
+        raise Malformed(f"{_named(where)}.with: must be a non-empty array of resources")
+    below = _check_vertices(children, (where, "with"), depth + 1)
     return rtype == "slot" or below
 
 
@@ -260,8 +293,8 @@ def _check_properties(values, where, depth):
     for index, value in enumerate(values):
         if not isinstance(value, str):
             raise Malformed(f"{where}[{index}]: must be a string, not {kind(value)}")
-        bad = [c for c in PROPERTY_RESERVED if c in value]
-        if bad:
+        if _RESERVED(value):
+            bad = [c for c in PROPERTY_RESERVED if c in value]
             raise Malformed(f"{where}[{index}]: invalid character {bad[0]!r}")
 
 

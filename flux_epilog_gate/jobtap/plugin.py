@@ -211,6 +211,15 @@ class Request:
         """The decoded payload; ValueError if it is not JSON."""
         return self._jobtap.messages.request_payload(self._text)
 
+    @property
+    def text(self):
+        """The payload as it came (bytes of JSON text), None if there is
+        none or it is no longer at hand (a detached request's)."""
+        ffi = self._jobtap.ffi
+        if self._text is None or self._text == ffi.NULL:
+            return None
+        return ffi.string(self._text)
+
     def respond(self, payload):
         """Answer ``payload`` (a dict)."""
         self._jobtap.messages.send(self.msg, payload)
