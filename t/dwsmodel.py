@@ -346,6 +346,16 @@ class GatePort(JobtapPort):
         self.raise_job_exception(jobid, "cancel", 0, note)
 
 
+class CHandlers:
+    """The message handlers of service.c, by name (what a plugin's
+    ``c_handler`` names): the model delivers every request to the
+    handler the runtime's general path calls, which ends in the same
+    phase call as service.c's decoded one (``Dws.removed``)."""
+
+    def __getattr__(self, name):
+        return name
+
+
 class Jobtap:
     """The runtime's facade (flux_epilog_gate/jobtap/facade.py) for one
     instance of dws.so on the fake job-manager: its services are the
@@ -360,6 +370,7 @@ class Jobtap:
         self.jmid = jmid
         self.options = options
         self.p = self
+        self.lib = CHandlers()
         self.unloading = False
         self.names = {}
         self.gate_port = GatePort(jm, self)
@@ -681,6 +692,16 @@ class ServiceCalls:
             return 1
         return int(walk(job.jobspec, "attributes.system.dw", ABSENT) is not ABSENT)
 
+    def post_environment(self, jobid, msg):
+        # msg: the model's Request (its own message).
+        try:
+            self.jobtap.jobs.post_event(
+                jobid, "dws_environment", {"variables": msg.payload["variables"]}
+            )
+        except OSError as exc:
+            return self._fail(exc.errno)
+        return 0
+
     def errno(self):
         return self._errno
 
@@ -691,6 +712,7 @@ class ServiceCalls:
             return self._fail(errno.EINVAL)
 
         self.check_args = self.create = self.setup = self.post_run = gone
+        self.post_environment = gone
         self.is_rabbit = lambda jobid: 0
 
     def _send(self, topic, payload, kind):

@@ -76,6 +76,7 @@ def test_the_protocol_names_service_c():
         "create",
         "errno",
         "is_rabbit",
+        "post_environment",
         "post_run",
         "setup",
     ]

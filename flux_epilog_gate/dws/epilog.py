@@ -125,11 +125,16 @@ class Epilog:
         return self.jobs.release(jobid, EPILOG, 0 if success else 1, raised=raised)
 
     def epilog_remove(self, request):
-        """The job's storage is torn down: ``{id}``; let it go inactive."""
+        """The service's ``epilog-remove`` {id}, as the runtime decoded it:
+        checked, then :meth:`remove`."""
         payload = self.payloads.payload_of(
             request, "epilog-remove", (), raise_on_job=False
         )
-        jobid = payload["id"]
+        self.remove(request, payload["id"])
+
+    def remove(self, request, jobid):
+        """The job's storage is torn down (``request``: its well-formed
+        ``epilog-remove``); let it go inactive."""
         if self.jobs.state_of(jobid) != CLEANUP:
             raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.jobs.holds(jobid).get(EPILOG)

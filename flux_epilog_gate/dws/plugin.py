@@ -52,7 +52,14 @@ from ..errors import GateError
 from ..gate import protocol
 from ..gate.config import Config, ConfigError
 from ..gate.holds import ACTIVE
-from ..jobtap.plugin import Refused, RequestError, job_topic, plugin_topic
+from ..jobtap.plugin import (
+    Refused,
+    Request,
+    RequestError,
+    internal_error,
+    job_topic,
+    plugin_topic,
+)
 from ..jobtap.plugin import request as rpc_method
 from ..plugin import GateDriver, after_recovery
 from .config import epilog_timeout, shown_timeout
@@ -64,9 +71,20 @@ from .names import DW, EPILOG, SETUP
 from .payload import Payloads
 from .prolog import Prolog
 from .recovery import Recovery
-from .service import CALL_CREATE, CALL_POST_RUN, CALL_R, CALL_SETUP, DwsService
+from .service import (
+    CALL_CREATE,
+    CALL_POST_RUN,
+    CALL_R,
+    CALL_SETUP,
+    REMOVE_EPILOG,
+    REMOVE_PROLOG,
+    DwsService,
+)
 
 __all__ = ["Dws"]
+
+#: The methods of the requests service.c decodes, by kind (REMOVE_*).
+REMOVES = {REMOVE_PROLOG: "prolog-remove", REMOVE_EPILOG: "epilog-remove"}
 
 
 class Dws(GateDriver):
@@ -103,6 +121,16 @@ class Dws(GateDriver):
                 plugin.call_failed(jobid, kind, errnum, text)
             except Exception:  # noqa: BLE001 - inside the job-manager
                 plugin.jobtap.log_exception("dws request")
+
+        @ffi.def_extern()
+        def dws_py_remove(handle, msg, kind, jobid, userid, rolemask, text):
+            try:
+                plugin = ffi.from_handle(handle)
+                return plugin.removed(msg, kind, jobid, userid, rolemask, text)
+            except Exception:  # noqa: BLE001 - inside the job-manager
+                # Nothing was done (removed() answers whatever the phase
+                # raised): the general path takes the request.
+                return 0
 
     # Configuration
 
@@ -241,19 +269,39 @@ class Dws(GateDriver):
         :meth:`.create.Create.resource_update`."""
         self.create.resource_update(request)
 
-    @rpc_method("prolog-remove")
+    @rpc_method("prolog-remove", c_handler="dws_prolog_remove_cb")
     @after_recovery
     def prolog_remove(self, request):
         """The service mounted the job's storage: see
-        :meth:`.prolog.Prolog.prolog_remove`."""
+        :meth:`.prolog.Prolog.prolog_remove`.  A well-formed one comes
+        decoded by service.c instead (:meth:`removed`)."""
         self.prolog.prolog_remove(request)
 
-    @rpc_method("epilog-remove")
+    @rpc_method("epilog-remove", c_handler="dws_epilog_remove_cb")
     @after_recovery
     def epilog_remove(self, request):
         """The service tore the job's storage down: see
-        :meth:`.epilog.Epilog.epilog_remove`."""
+        :meth:`.epilog.Epilog.epilog_remove` (and :meth:`removed`)."""
         self.epilog.epilog_remove(request)
+
+    def removed(self, msg, kind, jobid, userid, rolemask, text):
+        """A well-formed ``prolog-remove`` or ``epilog-remove`` (``kind``,
+        REMOVE_*) of job ``jobid``, decoded by service.c: to its phase's
+        ``remove``, and answered, as the general path does; False if
+        not taken (this instance is not ready: the general path makes
+        the request wait)."""
+        if not self.ready or self.prolog is None:
+            return False
+        phase = self.prolog if kind == REMOVE_PROLOG else self.epilog
+        method = REMOVES[kind]
+        request = Request(self.jobtap, method, msg, userid, rolemask, text)
+        try:
+            phase.remove(request, jobid)
+        except RequestError as exc:
+            request.error(exc.errnum, exc.message)
+        except Exception:  # noqa: BLE001 - inside the job-manager
+            internal_error(self, msg)
+        return True
 
     @rpc_method("list", guests=True, max_bytes=protocol.REQUEST_BYTES_MAX)
     @after_recovery

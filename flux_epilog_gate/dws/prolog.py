@@ -65,13 +65,18 @@ class Prolog:
             self.jobs.release(jobid, SETUP, 1, raised=True)
 
     def prolog_remove(self, request):
-        """The job's storage is mounted: ``{id, variables}``; post its
-        environment and let it start.  Only while its dws-setup prolog
-        runs: before, the hold is pending, and releasing it would let the
-        job run with no storage set up (the request is refused, nothing
-        changed); after, there is nothing left to end."""
+        """The service's ``prolog-remove`` {id, variables}, as the
+        runtime decoded it: checked, then :meth:`remove`."""
         payload = self.payloads.payload_of(request, "prolog-remove", ("variables",))
-        jobid = payload["id"]
+        self.remove(request, payload["id"])
+
+    def remove(self, request, jobid):
+        """The job's storage is mounted (``request``: its well-formed
+        ``prolog-remove``); post its environment and let it start.  Only
+        while its dws-setup prolog runs: before, the hold is pending, and
+        releasing it would let the job run with no storage set up (the
+        request is refused, nothing changed); after, there is nothing
+        left to end."""
         hold = self.jobs.holds(jobid).get(SETUP)
         if hold is None and self.gate.gone(jobid, SETUP):
             # Ended already (a failed setup, a cancel): the service's
@@ -82,36 +87,35 @@ class Prolog:
             self.jobtap.log(
                 syslog.LOG_ERR, f"no dws-setup prolog known for {f58(jobid)}"
             )
-            self.finish_foreign(request.detach(), jobid, payload["variables"])
+            self.finish_foreign(request.detach(), jobid)
             return
         if hold.state != ACTIVE:
             raise RequestError(
                 errno.EINVAL, not_started(jobid, SETUP, "the job is not running yet")
             )
-        self.post_environment(jobid, payload["variables"])
+        self.post_environment(jobid, request.msg)
         self.jobs.release(jobid, SETUP, 0)
         request.respond(None)
 
-    def post_environment(self, jobid, variables):
+    def post_environment(self, jobid, msg):
         """Post the job's ``dws_environment`` (its shell reads the storage's
-        variables from it); on failure end its prolog and raise
-        RequestError."""
-        try:
-            self.jobtap.jobs.post_event(
-                jobid, "dws_environment", {"variables": variables}
-            )
-        except OSError as exc:
+        variables from it) from ``msg``, its prolog-remove request; on
+        failure end its prolog and raise RequestError."""
+        service = self.service
+        if service.post_environment(jobid, msg) < 0:
+            errnum = service.errno() or errno.EIO
             errmsg = "failed to post dws_environment event"
             self.setup_failed(jobid, errmsg)
-            raise RequestError(exc.errno, errmsg) from None
+            raise RequestError(errnum, errmsg)
 
-    def finish_foreign(self, request, jobid, variables):
+    def finish_foreign(self, request, jobid):
         """Finish the job's dws-setup prolog that another plugin (such as
         dws-jobtap.so) started, if it is open, posting its environment
-        first (see :meth:`.jobs.Jobs.finish_foreign`)."""
+        (from ``request``, detached) first (see
+        :meth:`.jobs.Jobs.finish_foreign`)."""
 
         def finish():
-            self.post_environment(jobid, variables)
+            self.post_environment(jobid, request.msg)
             self.jobtap.jobs.prolog_finish(jobid, SETUP, 0)
 
         self.jobs.finish_foreign(request, jobid, SETUP, finish)

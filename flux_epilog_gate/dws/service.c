@@ -1,6 +1,6 @@
 /* dws.so's own C, compiled after the runtime and the gate's C by
  * plugin/cbuild.py (compile_dws), which puts in front of it the
- * prototype of dws_py_failed (dws/plugin.py).
+ * prototypes of dws_py_failed and dws_py_remove (dws/plugin.py).
  *
  * The requests dws.so sends the DWS service for each rabbit job
  * (dws.create, dws.setup with the job's R, dws.post_run) are packed,
@@ -317,6 +317,82 @@ int dws_is_rabbit (flux_plugin_t *p, flux_jobid_t id)
                                  "dw", &dw) == 0 && dw != NULL;
     flux_plugin_arg_destroy (args);
     return rc;
+}
+
+/* Post the job's dws_environment {variables}, the variables of MSG, its
+ * prolog-remove request (which the request's handler has checked holds
+ * them).  -1 (errno set) on failure.
+ */
+int dws_post_environment (flux_plugin_t *p, flux_jobid_t id,
+                          const flux_msg_t *msg)
+{
+    json_t *variables;
+
+    if (!p) {
+        errno = EINVAL; /* the plugin instance is gone (DwsService.close) */
+        return -1;
+    }
+    if (flux_request_unpack (msg, NULL, "{s:o}", "variables", &variables) < 0)
+        return -1;
+    return flux_jobtap_event_post_pack (p, id, "dws_environment", "{s:O}",
+                                        "variables", variables);
+}
+
+/* The service's prolog-remove {id, variables} and epilog-remove {id}, the
+ * bulk of its requests, when well formed (an errmsg, if any, a string
+ * or null; other keys ignored, as Python's check does): decoded here,
+ * they reach Python as the job id (dws_py_remove: DWS_PROLOG_REMOVE or
+ * DWS_EPILOG_REMOVE, dws/service.py's REMOVE_*), with the request's
+ * payload text should it be kept.  Python returns 0 if it did not take
+ * the request (its plugin is not ready): that one, and any other, takes
+ * the runtime's general path, where Python says what is wrong with it.
+ */
+enum dws_remove {
+    DWS_PROLOG_REMOVE = 0,
+    DWS_EPILOG_REMOVE = 1,
+};
+
+static int dws_fast_remove (void *self, const flux_msg_t *msg, int kind)
+{
+    json_int_t id;
+    json_t *variables = NULL;
+    json_t *errmsg = NULL;
+    const char *text = NULL;
+    struct flux_msg_cred cred;
+
+    if (!self
+        || flux_msg_get_cred (msg, &cred) < 0
+        || flux_request_unpack (msg, NULL, "{s:I s?o s?o}",
+                                "id", &id,
+                                "variables", &variables,
+                                "errmsg", &errmsg) < 0
+        || id < 0
+        || (kind == DWS_PROLOG_REMOVE && !variables)
+        || (errmsg && !json_is_string (errmsg) && !json_is_null (errmsg))
+        || flux_request_decode (msg, NULL, &text) < 0)
+        return 0;
+    return dws_py_remove (self, msg, kind, (flux_jobid_t)id, cred.userid,
+                          cred.rolemask, text);
+}
+
+void dws_prolog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
+                           const flux_msg_t *msg, void *arg)
+{
+    if (runtime_request_oversize (h, msg, arg))
+        return;
+    if (dws_fast_remove (runtime_method_self (arg), msg, DWS_PROLOG_REMOVE))
+        return;
+    runtime_request_cb (h, mh, msg, arg);
+}
+
+void dws_epilog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
+                           const flux_msg_t *msg, void *arg)
+{
+    if (runtime_request_oversize (h, msg, arg))
+        return;
+    if (dws_fast_remove (runtime_method_self (arg), msg, DWS_EPILOG_REMOVE))
+        return;
+    runtime_request_cb (h, mh, msg, arg);
 }
 
 /* vi: ts=4 sw=4 expandtab

@@ -16,6 +16,10 @@ from typing import Any, Protocol
 #: read for dws.setup.
 CALL_CREATE, CALL_SETUP, CALL_POST_RUN, CALL_R = range(4)
 
+#: Which of the service's requests service.c decoded for dws_py_remove
+#: (its enum dws_remove).
+REMOVE_PROLOG, REMOVE_EPILOG = range(2)
+
 
 class Service(Protocol):
     """The calls of service.c, as the workflow makes them.  A call that
@@ -49,6 +53,11 @@ class Service(Protocol):
         :meth:`check_args`, or its jobspec has ``attributes.system.dw``),
         else 0 (also if there is no such job)."""
 
+    def post_environment(self, jobid, msg):
+        """Post the job's ``dws_environment`` {variables}, the
+        ``variables`` of ``msg``, its ``prolog-remove`` request (its
+        message, as the request's handler has it); -1 on failure."""
+
     def errno(self):
         """The errno of the last call that failed."""
 
@@ -72,6 +81,7 @@ class DwsService:
         self.setup = partial(lib.dws_setup, p)
         self.post_run = partial(lib.dws_post_run, p)
         self.is_rabbit = partial(lib.dws_is_rabbit, p)
+        self.post_environment = partial(lib.dws_post_environment, p)
 
     def errno(self):
         return self._ffi.errno

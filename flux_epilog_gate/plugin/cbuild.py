@@ -132,6 +132,16 @@ int dws_create (flux_plugin_t *p, flux_jobid_t id, flux_plugin_arg_t *args);
 int dws_setup (flux_plugin_t *p, flux_jobid_t id);
 int dws_post_run (flux_plugin_t *p, flux_jobid_t id, int run_started);
 int dws_is_rabbit (flux_plugin_t *p, flux_jobid_t id);
+int dws_post_environment (flux_plugin_t *p, flux_jobid_t id,
+                          const flux_msg_t *msg);
+extern "Python" int dws_py_remove (void *self, const flux_msg_t *msg,
+                                   int kind, flux_jobid_t id,
+                                   uint32_t userid, uint32_t rolemask,
+                                   const char *text);
+void dws_prolog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
+                           const flux_msg_t *msg, void *arg);
+void dws_epilog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
+                           const flux_msg_t *msg, void *arg);
 """
 
 
