@@ -94,6 +94,7 @@ class Create:
             return self._hold_all(jobid, create, known)
 
     def _hold_all(self, jobid, create, known):
+        stamp = self.gate.stamp()
         for description, point in POINTS.items():
             if description == CREATE and not create:
                 continue
@@ -104,6 +105,7 @@ class Create:
                     point=point,
                     default_timeout=False,
                     known=known,
+                    stamp=stamp,
                 )
             except GateError as exc:
                 if description != CREATE:

@@ -135,15 +135,19 @@ class Epilog:
     def remove(self, request, jobid):
         """The job's storage is torn down (``request``: its well-formed
         ``epilog-remove``); let it go inactive."""
-        if self.jobs.state_of(jobid) != CLEANUP:
-            raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         hold = self.jobs.holds(jobid).get(EPILOG)
+        # An active dws-epilog keeps its job in CLEANUP (it became active
+        # there, and its job cannot leave before its end): only the state
+        # of a job without one is looked up.
+        active = hold is not None and hold.state == ACTIVE
+        if not active and self.jobs.state_of(jobid) != CLEANUP:
+            raise RequestError(errno.ENOENT, "job not found in CLEANUP state")
         if hold is None and not self.gate.gone(jobid, EPILOG):
             self.jobs.finish_foreign(
                 request.detach(), jobid, EPILOG, lambda: self._finish_foreign(jobid)
             )
             return
-        if hold is not None and hold.state != ACTIVE:
+        if hold is not None and not active:
             # In CLEANUP short of its epilog point (its processes may still
             # run): releasing the pending hold would skip dws.post_run.
             raise RequestError(

@@ -45,6 +45,9 @@ class Jobs:
         self.service = service
         #: The foreign prologs and epilogs finished, each once.
         self.foreign = ForeignActions(jobtap, not_started)
+        #: The job's holds in the gate ({} if none): the gate's own call,
+        #: which every request and callback of a rabbit job makes.
+        self.holds = gate.job_holds
 
     def log(self, level, text):
         self.jobtap.log(level, text)
@@ -70,10 +73,6 @@ class Jobs:
         except OSError as exc:
             self.log(syslog.LOG_ERR, f"raising {type} on {f58(jobid)}: {exc}")
         return {"type": type, "severity": 0, "note": note}
-
-    def holds(self, jobid):
-        """The job's holds in the gate ({} if none)."""
-        return self.gate.job_holds(jobid)
 
     def active(self, jobid, description):
         hold = self.holds(jobid).get(description)

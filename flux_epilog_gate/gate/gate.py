@@ -282,6 +282,12 @@ class Gate:
         log = self.holdlog
         log.compact(lambda error: done(log.size, error))
 
+    def stamp(self):
+        """Now, as the hold log writes a time: ``(t, text)`` (see
+        :func:`~flux_epilog_gate.gate.holds.stamp`), for holds placed
+        together (:meth:`hold`'s ``stamp``)."""
+        return self.context.port.stamp()
+
     # Job-manager callbacks
 
     def on_run(self, jobid):

@@ -46,6 +46,7 @@ class Requests:
         done=None,
         default_timeout=True,
         known=None,
+        stamp=None,
     ):
         """Register a hold; return ``(hold, created)``.
 
@@ -60,7 +61,9 @@ class Requests:
         None is the configured one, or with ``default_timeout`` False
         none (an in-process caller with timeouts of its own).  ``known``:
         the job's ``(state, userid)``, given by a caller in the job's own
-        callback (its arguments have them), else looked up.  A refusal
+        callback (its arguments have them), else looked up.  ``stamp``:
+        the hold's time as the port's ``stamp()`` gives it, if the caller
+        has one (the holds it places together share it).  A refusal
         (GateError) comes before anything takes ``done``, which is then
         never called: the plugin gives back the request it holds.
         """
@@ -85,7 +88,7 @@ class Requests:
         state, userid = self._check_hold(job, jobid, description, point, known)
         if timeout is None and default_timeout:
             timeout = self.context.config.timeout
-        t_hold, t_text = self.context.port.stamp()
+        t_hold, t_text = stamp or self.context.port.stamp()
         hold = Hold(jobid, description, userid, t_hold, timeout, point, t_text)
         tracked = job is not None
         job = job or self.jobs.track(jobid, userid)

@@ -186,6 +186,17 @@ int gate_post_finish (flux_plugin_t *p, flux_jobid_t id, const char *name,
                                         GATE_MARKER, 1);
 }
 
+/* Post NAME (dependency-remove) for the hold DESCRIPTION, marked as the
+ * gate's: a dependency hold's end carries no status.
+ */
+int gate_post_end (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                   const char *description)
+{
+    return flux_jobtap_event_post_pack (p, id, name, "{s:s s:b}",
+                                        "description", description,
+                                        GATE_MARKER, 1);
+}
+
 /* Name the holds a job's clean waits on in its user annotations, with a
  * memo event (jobtap offers no other way to annotate a job outside a
  * job.state callback); a NULL text removes the annotation.  Posted here,

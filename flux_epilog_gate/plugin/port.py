@@ -11,7 +11,6 @@ the answers of a hold's life, packed in the gate's C (fastpath.c).
 
 import os
 
-from ..gate.holdlog import MARKER
 from ..gate.holds import EXCEPTION_SEVERITY, EXCEPTION_TYPE
 
 #: Job exception raised for a failed prolog hold: fatal, the job never
@@ -93,6 +92,7 @@ class GatePort:
         self._answer_release = lib.gate_answer_release
         self._answer_error = lib.gate_answer_error
         self._respond_watch = lib.gate_respond_watch
+        self._post_end = lib.gate_post_end
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
         self._incref = lib.flux_msg_incref
@@ -175,10 +175,14 @@ class GatePort:
         )
 
     def depend_finish(self, jobid, description):
-        """Post ``dependency-remove``, marked as the gate's."""
-        self.jobtap.jobs.post_event(
-            jobid, "dependency-remove", {"description": description, MARKER: True}
-        )
+        """Post ``dependency-remove``, marked as the gate's (packed in C)."""
+        if (
+            self._post_end(
+                self.jobtap.p, jobid, b"dependency-remove", description.encode()
+            )
+            < 0
+        ):
+            raise self.jobtap.oserror()
 
     def raise_dependency(self, jobid, note):
         """A failed dependency hold: the job never runs."""
