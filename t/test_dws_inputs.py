@@ -13,6 +13,7 @@ from jobs import Quiet, eventlog, names, submit, wait_event, wait_inactive
 from jsonstrategies import ANY_JSON, SCALARS
 
 from flux_epilog_gate.dws.constraints import ConstraintError, combine
+from flux_epilog_gate.dws.payload import missing_keys
 from flux_epilog_gate.paths import plugin_path
 from flux_epilog_gate.testing import Instance
 
@@ -91,6 +92,57 @@ def test_any_payload_is_answered_and_changes_no_other_job(live, method, payload)
     events = names(eventlog(h, bystander))
     assert "exception" not in events and "jobspec-update" not in events
     assert "epilog-finish" not in events and "dws_environment" not in events
+
+
+#: The keys each request must have beside ``id`` (payload.py's checks).
+REMOVE_KEYS = {"prolog-remove": ("variables",), "epilog-remove": ()}
+
+
+@BOUNDED
+@given(
+    method=st.sampled_from(sorted(REMOVE_KEYS)),
+    payload=PAYLOAD | st.lists(SCALARS, max_size=2),
+    bystander_id=st.booleans(),
+)
+@example(
+    method="prolog-remove", payload={"variables": {}, "errmsg": None}, bystander_id=True
+)
+@example(method="epilog-remove", payload={"errmsg": 5}, bystander_id=True)
+@example(method="epilog-remove", payload={"id": 2**63}, bystander_id=False)
+@example(
+    method="prolog-remove", payload={"id": 1.0, "variables": 1}, bystander_id=False
+)
+def test_a_remove_is_refused_as_malformed_exactly_when_python_finds_it_so(
+    live, method, payload, bystander_id
+):
+    """prolog-remove and epilog-remove are decoded in C when well formed,
+    else by Python: whichever reads a request, it is refused as
+    malformed (EPROTO, naming the problem) exactly when payload.py's
+    check finds it so, and answered on its merits otherwise."""
+    inst, h, bystander = live
+    keys = REMOVE_KEYS[method]
+    if bystander_id and isinstance(payload, dict):
+        aimed = {**payload, "id": int(bystander)}
+        # A malformed prolog-remove raises an exception on the job it
+        # names (it waits on a request that will not come right): never
+        # on the bystander, which no request may change.
+        if method == "epilog-remove" or missing_keys(aimed, keys) is None:
+            payload = aimed
+    try:
+        text = json.dumps(payload)
+    except ValueError:
+        return
+    problem = missing_keys(payload, keys)
+    try:
+        h.rpc(f"job-manager.dws.{method}", text).get()
+        errnum = None
+    except OSError as exc:
+        errnum, message = exc.errno, exc.strerror
+    if problem is not None:
+        assert errnum == errno.EPROTO and message.endswith(problem), (errnum, problem)
+    else:
+        assert errnum != errno.EPROTO, message
+    assert "exception" not in names(eventlog(h, bystander)), payload
 
 
 def test_no_payload_reached_an_internal_error(live):
