@@ -32,6 +32,8 @@ Other jobs never enter Python in this plugin: its ``job.state.depend`` is
 filtered in C.  The service's requests are packed, sent and answered in
 C (service.c): Python hears of one only if it failed
 (:meth:`Dws.call_failed`), and never decodes a rabbit job's jobspec.
+The service's well-formed ``prolog-remove`` and ``epilog-remove`` are
+decoded there too and reach Python as the job id (:meth:`Dws.removed`).
 
 This module is the plugin itself: its load, configuration and query,
 and the job callback, requests and listener methods the runtime and the

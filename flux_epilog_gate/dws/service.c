@@ -10,6 +10,9 @@
  * errstr?: string|null}, or success false.  The requests in flight
  * belong to the plugin instance that sent them: they go with it, and
  * their answers are then never read.
+ *
+ * Of the service's requests to dws.so, the well-formed prolog-remove and
+ * epilog-remove are decoded here too (see dws_fast_remove below).
  */
 
 /* What dws_py_failed is told failed (dws/service.py: CALL_*). */
@@ -375,24 +378,26 @@ static int dws_fast_remove (void *self, const flux_msg_t *msg, int kind)
                           cred.rolemask, text);
 }
 
-void dws_prolog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
-                           const flux_msg_t *msg, void *arg)
+static void dws_remove (flux_t *h, flux_msg_handler_t *mh,
+                        const flux_msg_t *msg, void *arg, int kind)
 {
     if (runtime_request_oversize (h, msg, arg))
         return;
-    if (dws_fast_remove (runtime_method_self (arg), msg, DWS_PROLOG_REMOVE))
+    if (dws_fast_remove (runtime_method_self (arg), msg, kind))
         return;
     runtime_request_cb (h, mh, msg, arg);
+}
+
+void dws_prolog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
+                           const flux_msg_t *msg, void *arg)
+{
+    dws_remove (h, mh, msg, arg, DWS_PROLOG_REMOVE);
 }
 
 void dws_epilog_remove_cb (flux_t *h, flux_msg_handler_t *mh,
                            const flux_msg_t *msg, void *arg)
 {
-    if (runtime_request_oversize (h, msg, arg))
-        return;
-    if (dws_fast_remove (runtime_method_self (arg), msg, DWS_EPILOG_REMOVE))
-        return;
-    runtime_request_cb (h, mh, msg, arg);
+    dws_remove (h, mh, msg, arg, DWS_EPILOG_REMOVE);
 }
 
 /* vi: ts=4 sw=4 expandtab
