@@ -150,6 +150,17 @@ def test_list_shows_a_rabbit_jobs_holds_with_their_points(setup, instance, dws):
     assert listed(inst) == {}
 
 
+def test_a_rabbit_jobs_three_holds_are_placed_at_one_time(instance, dws):
+    """Placed together in the job's DEPEND callback, the three holds
+    share one time (one stamp, and their records one commit)."""
+    inst = instance(SETUPS["dws-alone"])
+    h, service, jobid = in_depend(inst, dws)
+    holds = EpilogGate(h).list(jobid)
+    assert sorted(x["description"] for x in holds) == sorted(IN_DEPEND)
+    assert len({x["t_hold"] for x in holds}) == 1, holds
+    finish(h, service, jobid)
+
+
 @pytest.mark.parametrize(
     "steps",
     [
