@@ -65,12 +65,42 @@ def is_depend(hold):
     return hold.point == Point.DEPEND
 
 
+class AfterBatch:
+    """Records that wait until the job-manager has sent the events of
+    this moment to the KVS (:data:`BATCH_WAIT`): ``items``, in the order
+    added, all handed to ``write(items)`` at once when the wait ends, or
+    at :meth:`flush`.  A caller may take an item out before (it wrote it
+    itself), or add one while some wait (the wait is armed then)."""
+
+    def __init__(self, context, write):
+        self.context = context
+        self.write = write
+        self.items = []
+        self._timer = None
+
+    def add(self, item):
+        self.items.append(item)
+        if self._timer is None:
+            self._timer = self.context.port.timer(BATCH_WAIT, self._written)
+
+    def flush(self):
+        """Write now what waits (the plugin goes away)."""
+        if self._timer is not None:
+            self._timer.stop()
+        self._written()
+
+    def _written(self):
+        self._timer = None
+        items, self.items = self.items, []
+        self.write(items)
+
+
 class DependPoint(HoldPoint):
     """The dependency point (see module docstring and
     :class:`~flux_epilog_gate.gate.points.HoldPoint`).
 
-    Owns the records that wait for the job-manager's event batch (see
-    :data:`BATCH_WAIT`) and their timer.  Also tells the watchers of a
+    Owns the records that wait for the job-manager's event batch (an
+    :class:`AfterBatch`).  Also tells the watchers of a
     hold whose job left DEPEND.  Called by the gate's job-manager
     callback ``on_cleanup``, the requests (also :meth:`barrier`), the
     lifecycle (``finish``), recovery and reload (also :meth:`flush`).
@@ -87,9 +117,8 @@ class DependPoint(HoldPoint):
         super().__init__(context, jobs, lifecycle, holdlog)
         self.watchers = watchers
         # Holds whose record waits for the job-manager's event batch, with
-        # the callback of the record (see BATCH_WAIT), in order.
-        self._unrecorded = []
-        self._timer = None
+        # the callback of the record, in order; a barrier's callback alone.
+        self._unrecorded = AfterBatch(context, self._record_all)
 
     # Requests
 
@@ -113,23 +142,19 @@ class DependPoint(HoldPoint):
     def record(self, hold, callback):
         """Record new ``hold`` in the hold log once the job-manager has
         sent its ``dependency-add`` to the KVS (see :data:`BATCH_WAIT`)."""
-        self._unrecorded.append((hold, callback))
-        if self._timer is None:
-            self._timer = self.context.port.timer(BATCH_WAIT, self._record_all)
+        self._unrecorded.add((hold, callback))
 
     def barrier(self, callback):
         """Call ``callback(error)`` once every record made so far is
         durable, those still waiting for the event batch included."""
-        if self._unrecorded:
-            self._unrecorded.append((None, callback))
+        if self._unrecorded.items:
+            self._unrecorded.add((None, callback))
         else:
             self.holdlog.barrier(callback)
 
     def flush(self):
         """Record now every hold still waiting (the plugin goes away)."""
-        if self._timer is not None:
-            self._timer.stop()
-        self._record_all()
+        self._unrecorded.flush()
 
     # Job-manager callbacks
 
@@ -219,9 +244,7 @@ class DependPoint(HoldPoint):
             ) from None
         self.lifecycle.activated(hold)
 
-    def _record_all(self):
-        self._timer = None
-        waiting, self._unrecorded = self._unrecorded, []
+    def _record_all(self, waiting):
         # In one batch, not the first alone and the others after it.
         with self.holdlog.together():
             for hold, callback in waiting:
@@ -238,9 +261,10 @@ class DependPoint(HoldPoint):
     def _recorded(self, hold):
         """What ends ``hold`` is recorded after the hold itself: record it
         now if it is still waiting (the others wait on)."""
-        for index, (waiting, callback) in enumerate(self._unrecorded):
+        unrecorded = self._unrecorded.items
+        for index, (waiting, callback) in enumerate(unrecorded):
             if waiting is hold:
-                del self._unrecorded[index]
+                del unrecorded[index]
                 self.holdlog.hold(hold, callback)
                 return
 

@@ -41,7 +41,7 @@ import syslog
 
 from ..errors import GateError
 from ..jobid import f58
-from .depend import BATCH_WAIT
+from .depend import AfterBatch
 from .holdlog import MARKER
 from .holds import (
     ACTIVE,
@@ -96,9 +96,8 @@ class PrologPoint(HoldPoint):
         #: plugin of the gate's own holds, see Gate.end_when_aborted).
         self.ends_aborted = set()
         # Pending holds dropped at their job's entry to CLEANUP whose
-        # cancel is not recorded yet (see _cancel_later), and its timer.
-        self._uncancelled = []
-        self._timer = None
+        # cancel is not recorded yet (see _cancel_later).
+        self._uncancelled = AfterBatch(context, self._cancel_all)
 
     # Requests
 
@@ -332,13 +331,9 @@ class PrologPoint(HoldPoint):
         then snapshots keep the hold's entry: one that left it out would
         lose the hold to a crash that undoes the event."""
         self.holdlog.keep_unsettled(hold.id, {hold.description: hold_entry(hold)})
-        self._uncancelled.append(hold)
-        if self._timer is None:
-            self._timer = self.context.port.timer(BATCH_WAIT, self._cancel_all)
+        self._uncancelled.add(hold)
 
-    def _cancel_all(self):
-        self._timer = None
-        holds, self._uncancelled = self._uncancelled, []
+    def _cancel_all(self, holds):
         with self.holdlog.together():
             for hold in holds:
                 self.holdlog.forget_unsettled(hold.id, hold.description)
@@ -346,9 +341,7 @@ class PrologPoint(HoldPoint):
 
     def flush(self):
         """Record now every cancel still waiting (the plugin goes away)."""
-        if self._timer is not None:
-            self._timer.stop()
-        self._cancel_all()
+        self._uncancelled.flush()
 
     def _drop(self, job, hold, reason, record=True):
         # A pending hold: nothing was posted for it, so nothing is.

@@ -49,8 +49,8 @@ int gate_post_start (flux_plugin_t *p, flux_jobid_t id, const char *name,
                      const char *description, double timeout);
 int gate_post_finish (flux_plugin_t *p, flux_jobid_t id, const char *name,
                       const char *description, int status);
-int gate_post_end (flux_plugin_t *p, flux_jobid_t id, const char *name,
-                   const char *description);
+int gate_post_marked (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                      const char *description);
 int gate_memo (flux_plugin_t *p, flux_jobid_t id, const char *text);
 int gate_answer_hold (flux_t *h, const flux_msg_t *msg, flux_jobid_t id,
                       const char *description, const char *state);

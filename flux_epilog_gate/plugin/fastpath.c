@@ -147,6 +147,18 @@ void gate_release_cb (flux_t *h, flux_msg_handler_t *mh,
     runtime_request_cb (h, mh, msg, arg);
 }
 
+/* Post NAME for the hold DESCRIPTION, marked as the gate's, and nothing
+ * else: a start without a timeout, a dependency hold's end (which has no
+ * status).
+ */
+int gate_post_marked (flux_plugin_t *p, flux_jobid_t id, const char *name,
+                      const char *description)
+{
+    return flux_jobtap_event_post_pack (p, id, name, "{s:s s:b}",
+                                        "description", description,
+                                        GATE_MARKER, 1);
+}
+
 /* Post NAME-start (epilog-start, prolog-start), marked as the gate's and
  * with the hold's timeout (timeout < 0: none), so that the eventlog alone
  * tells an active hold after a restart (see holdlog.py).  The job-manager
@@ -159,9 +171,7 @@ int gate_post_start (flux_plugin_t *p, flux_jobid_t id, const char *name,
                      const char *description, double timeout)
 {
     if (timeout < 0.)
-        return flux_jobtap_event_post_pack (p, id, name, "{s:s s:b}",
-                                            "description", description,
-                                            GATE_MARKER, 1);
+        return gate_post_marked (p, id, name, description);
     return flux_jobtap_event_post_pack (p, id, name, "{s:s s:b s:f}",
                                         "description", description,
                                         GATE_MARKER, 1,
@@ -183,17 +193,6 @@ int gate_post_finish (flux_plugin_t *p, flux_jobid_t id, const char *name,
     return flux_jobtap_event_post_pack (p, id, name, "{s:s s:i s:b}",
                                         "description", description,
                                         "status", status,
-                                        GATE_MARKER, 1);
-}
-
-/* Post NAME (dependency-remove) for the hold DESCRIPTION, marked as the
- * gate's: a dependency hold's end carries no status.
- */
-int gate_post_end (flux_plugin_t *p, flux_jobid_t id, const char *name,
-                   const char *description)
-{
-    return flux_jobtap_event_post_pack (p, id, name, "{s:s s:b}",
-                                        "description", description,
                                         GATE_MARKER, 1);
 }
 

@@ -92,7 +92,7 @@ class GatePort:
         self._answer_release = lib.gate_answer_release
         self._answer_error = lib.gate_answer_error
         self._respond_watch = lib.gate_respond_watch
-        self._post_end = lib.gate_post_end
+        self._post_marked = lib.gate_post_marked
         self._mark = lib.runtime_mark
         self._unmark = lib.runtime_unmark
         self._incref = lib.flux_msg_incref
@@ -177,7 +177,7 @@ class GatePort:
     def depend_finish(self, jobid, description):
         """Post ``dependency-remove``, marked as the gate's (packed in C)."""
         if (
-            self._post_end(
+            self._post_marked(
                 self.jobtap.p, jobid, b"dependency-remove", description.encode()
             )
             < 0
